@@ -1,0 +1,35 @@
+# The README's commands. `make demo` runs the project, `make test` checks it; both set up first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+OUT ?= out
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(BIN)/rps-serve train --model llava-onevision-qwen2-7b --out $(OUT)/model_repository
+	$(BIN)/rps-serve classify --repository $(OUT)/model_repository \
+		text:120 text:1800 image:2980:2916 video:1620:1568 video:6320:6272
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+bench: setup
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_scheduling.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_cost_model.py
+
+clean:
+	rm -rf $(VENV) $(OUT)

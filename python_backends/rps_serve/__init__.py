@@ -1,0 +1,1 @@
+"""RPS-Serve: rocks, pebbles and sand scheduling for multimodal LLM serving."""

@@ -1,0 +1,119 @@
+"""`rps-serve` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES, MemoryFeature
+from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.cost.training import REPORT_FILE, TrainingOptions, train_cost_model
+from rps_serve.profiles.records import read_records
+from rps_serve.profiles.reference import reference_model_names
+from rps_serve.profiles.synthetic import reference_profile
+from rps_serve.requests import Modality, RequestClass, RequestFeatures
+
+
+def _train(args: argparse.Namespace) -> int:
+    if args.profile_data:
+        records = list(read_records(args.profile_data))
+        source = f"profile data {args.profile_data.name}"
+    else:
+        records = reference_profile(args.model, per_kind=args.per_kind, seed=args.seed)
+        source = f"reference profile {args.model} (published H100 fits, synthesized records)"
+    options = TrainingOptions(
+        num_classes=args.classes,
+        power_transform=args.power_transform,
+        memory_feature=MemoryFeature(args.memory_feature),
+        seed=args.seed,
+    )
+    report = train_cost_model(records, args.out, options, source)
+    print(f"trained on {report['records']} records from {source}")
+    for modality, mae in report["estimator"]["mae_s"].items():
+        print(f"  prefill MAE {modality:<5} {mae * 1000:8.2f} ms")
+    for entry in report["classifier"]["classes"]:
+        by_modality = ", ".join(f"{m} {n}" for m, n in entry["count_by_modality"].items())
+        print(f"  class {entry['level']} {entry['name']:<7} {entry['count']:6d} records ({by_modality})")
+    print(f"wrote {args.out}/{{impact_estimator,request_classifier}}/1/model.onnx and {REPORT_FILE}")
+    return 0
+
+
+def _request(spec: str) -> RequestFeatures:
+    """MODALITY:PROMPT_TOKENS[:MODALITY_TOKENS], e.g. text:200 or video:6300:6272."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected MODALITY:PROMPT_TOKENS[:MODALITY_TOKENS]")
+    try:
+        tokens = [int(p) for p in parts[1:]]
+        return RequestFeatures(Modality(parts[0]), *tokens)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{spec!r}: {error}") from None
+
+
+def _classify(args: argparse.Namespace) -> int:
+    model = OnnxCostModel.from_repository(args.repository)
+    print(f"{'request':<20} {'prefill ms':>10} {'KV tokens':>10}  class")
+    for request, verdict in zip(args.requests, model.assess(args.requests), strict=True):
+        name = RequestClass.for_level(verdict.level, model.num_classes).label
+        spec = f"{request.modality.value}:{request.prompt_tokens}"
+        print(
+            f"{spec:<20} {verdict.estimate.prefill_s * 1000:10.1f} {verdict.estimate.memory_tokens:10d}"
+            f"  {verdict.level} {name}"
+        )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rps-serve", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser(
+        "train", help="fit the Impact Estimator and Request Classifier, export them to ONNX"
+    )
+    train.add_argument(
+        "--model",
+        default="llava-onevision-qwen2-7b",
+        choices=reference_model_names(),
+        help="reference profile used when --profile-data is not given",
+    )
+    train.add_argument("--profile-data", type=Path, help="JSONL profile records (rps-serve profile)")
+    train.add_argument("--out", type=Path, required=True, help="model repository to write into")
+    train.add_argument(
+        "--classes", type=int, default=3, choices=range(MIN_CLASSES, MAX_CLASSES + 1), help="k of k-means"
+    )
+    train.add_argument("--power-transform", action="store_true", help="Yeo-Johnson before scaling")
+    train.add_argument(
+        "--memory-feature",
+        default=MemoryFeature.PREFILL_TOKENS.value,
+        choices=[m.value for m in MemoryFeature],
+        help="memory coordinate of the classifier",
+    )
+    train.add_argument("--per-kind", type=int, default=500, help="records per request kind (reference)")
+    train.add_argument("--seed", type=int, default=0)
+    train.set_defaults(handler=_train)
+
+    classify = commands.add_parser("classify", help="estimate and classify requests with the ONNX cost model")
+    classify.add_argument("--repository", type=Path, required=True, help="where `train` wrote the models")
+    classify.add_argument(
+        "requests", nargs="+", type=_request, metavar="MODALITY:PROMPT_TOKENS[:MODALITY_TOKENS]"
+    )
+    classify.set_defaults(handler=_classify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return int(args.handler(args))
+    except (ValueError, FileNotFoundError) as error:
+        print(f"rps-serve {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Cost model: the Impact Estimator, the Request Classifier, and their ONNX form."""

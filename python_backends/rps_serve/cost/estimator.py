@@ -1,0 +1,114 @@
+"""Impact Estimator: per-modality prefill-latency lines and memory = prefill tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.compose import ColumnTransformer
+from sklearn.linear_model import LinearRegression, QuantileRegressor
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
+
+from rps_serve.cost import features as cols
+from rps_serve.profiles.records import ProfileRecord
+from rps_serve.profiles.reference import PrefillLine
+from rps_serve.requests import CostEstimate, Modality, RequestFeatures
+
+QUANTILE_MODALITIES = frozenset({Modality.IMAGE, Modality.VIDEO})
+
+
+class ImpactEstimator:
+    """Fits prefill seconds against prompt tokens, one line per modality.
+
+    Text uses least squares; image and video use quantile regression at `quantile` (0.9 by
+    default), so heavy requests are rarely underestimated. Memory is the number of prefill
+    tokens, since the KV cache grows linearly with them.
+    """
+
+    def __init__(self, quantile: float = 0.9) -> None:
+        self.quantile = quantile
+
+    def fit(self, records: Sequence[ProfileRecord]) -> ImpactEstimator:
+        self.lines_: dict[Modality, PrefillLine] = {}
+        self.mae_s_: dict[Modality, float] = {}
+        self.counts_: dict[Modality, int] = {}
+        for modality in Modality:
+            rows = [r for r in records if r.modality is modality]
+            if len(rows) < 2:
+                raise ValueError(
+                    f"profile has {len(rows)} {modality.value} records; need at least 2 to fit a line"
+                )
+            tokens = np.array([[r.prompt_tokens] for r in rows], dtype=np.float64)
+            seconds = np.array([r.prefill_s for r in rows], dtype=np.float64)
+            regressor: LinearRegression | QuantileRegressor
+            if modality in QUANTILE_MODALITIES:
+                regressor = QuantileRegressor(quantile=self.quantile, alpha=0.0, solver="highs")
+            else:
+                regressor = LinearRegression()
+            regressor.fit(tokens, seconds)
+            line = PrefillLine(float(regressor.intercept_), float(regressor.coef_[0]))
+            self.lines_[modality] = line
+            self.mae_s_[modality] = float(np.mean(np.abs(line.seconds(tokens[:, 0]) - seconds)))
+            self.counts_[modality] = len(rows)
+        return self
+
+    @classmethod
+    def from_lines(cls, lines: dict[Modality, PrefillLine]) -> ImpactEstimator:
+        """An estimator with known lines (e.g. the published reference fits), without fitting."""
+        missing = set(Modality) - set(lines)
+        if missing:
+            raise ValueError(f"missing lines for {sorted(m.value for m in missing)}")
+        estimator = cls()
+        estimator.lines_ = dict(lines)
+        return estimator
+
+    def estimate(self, request: RequestFeatures) -> CostEstimate:
+        seconds = self.lines_[request.modality].seconds(request.prompt_tokens)
+        return CostEstimate(prefill_s=seconds, memory_tokens=request.prompt_tokens)
+
+    def predict_cost(self, feature_matrix: np.ndarray) -> np.ndarray:
+        """[n, 3] features -> [n, 3] cost (prefill seconds, memory tokens, modality tokens)."""
+        modality = feature_matrix[:, cols.MODALITY].astype(np.int64)
+        intercepts = np.array([self.lines_[m].intercept for m in Modality])[modality]
+        slopes = np.array([self.lines_[m].slope for m in Modality])[modality]
+        prompt = feature_matrix[:, cols.PROMPT_TOKENS].astype(np.float64)
+        return np.column_stack(
+            [intercepts + slopes * prompt, prompt, feature_matrix[:, cols.MODALITY_TOKENS]]
+        )
+
+    def to_sklearn(self) -> Pipeline:
+        """The same function as one scikit-learn pipeline, for export with skl2onnx.
+
+        One-hot modality and its products with the token counts feed a three-target linear map whose
+        weights are the fitted lines: prefill = sum_m onehot_m * (intercept_m + slope_m * prompt_tokens).
+        """
+        encode = ColumnTransformer(
+            [
+                (
+                    "modality",
+                    OneHotEncoder(categories=[[float(m.index) for m in Modality]], sparse_output=False),
+                    [cols.MODALITY],
+                ),
+                ("tokens", "passthrough", [cols.PROMPT_TOKENS, cols.MODALITY_TOKENS]),
+            ]
+        )
+        expand = PolynomialFeatures(degree=2, interaction_only=True, include_bias=False)
+        layout = np.zeros((1, cols.NUM_FEATURES), dtype=np.float64)
+        names = list(
+            expand.fit(encode.fit(layout).transform(layout)).get_feature_names_out(
+                ["text", "image", "video", "prompt", "visual"]
+            )
+        )
+        weights = np.zeros((cols.NUM_COST_COLUMNS, len(names)))
+        for modality in Modality:
+            line = self.lines_[modality]
+            weights[cols.PREFILL_S, names.index(modality.value)] = line.intercept
+            weights[cols.PREFILL_S, names.index(f"{modality.value} prompt")] = line.slope
+        weights[cols.MEMORY_TOKENS, names.index("prompt")] = 1.0
+        weights[cols.COST_MODALITY_TOKENS, names.index("visual")] = 1.0
+        linear = LinearRegression(fit_intercept=False)
+        linear.coef_ = weights
+        linear.intercept_ = np.zeros(cols.NUM_COST_COLUMNS)
+        linear.n_features_in_ = len(names)
+        return Pipeline([("encode", encode), ("expand", expand), ("linear", linear)])

@@ -1,0 +1,77 @@
+"""Serving-side cost model: runs the exported ONNX files with onnxruntime (no pickles)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from rps_serve.cost import features as cols
+from rps_serve.cost.onnx_export import COST_TENSOR, FEATURES_INPUT, LEVEL_OUTPUT, NUM_CLASSES_KEY
+from rps_serve.requests import CostEstimate, RequestFeatures
+
+ESTIMATOR_MODEL = "impact_estimator"
+CLASSIFIER_MODEL = "request_classifier"
+
+
+def onnx_path(repository: Path, model: str, version: int = 1) -> Path:
+    """Where Triton expects `model`'s ONNX file inside a model repository."""
+    return repository / model / str(version) / "model.onnx"
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The cost model's verdict on one request."""
+
+    estimate: CostEstimate
+    level: int
+
+
+def _session(path: Path) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    # One request at a time is the common case: thread hand-offs cost more than they save.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+class OnnxCostModel:
+    """Impact Estimator and Request Classifier as loaded from a model repository."""
+
+    def __init__(self, estimator_path: Path, classifier_path: Path) -> None:
+        for path in (estimator_path, classifier_path):
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} not found; create it with `rps-serve train --out DIR`")
+        self._estimator = _session(estimator_path)
+        self._classifier = _session(classifier_path)
+        props = self._classifier.get_modelmeta().custom_metadata_map
+        self.num_classes = int(props[NUM_CLASSES_KEY])
+
+    @classmethod
+    def from_repository(cls, repository: Path) -> OnnxCostModel:
+        return cls(onnx_path(repository, ESTIMATOR_MODEL), onnx_path(repository, CLASSIFIER_MODEL))
+
+    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
+        """[n, 3] features -> [n, 3] cost (float32)."""
+        out: np.ndarray = self._estimator.run(
+            [COST_TENSOR], {FEATURES_INPUT: feature_matrix.astype(np.float32, copy=False)}
+        )[0]
+        return out
+
+    def classify(self, cost: np.ndarray) -> np.ndarray:
+        """[n, 3] cost -> [n] class levels (int64)."""
+        levels: np.ndarray = self._classifier.run(
+            [LEVEL_OUTPUT], {COST_TENSOR: cost.astype(np.float32, copy=False)}
+        )[0]
+        return levels
+
+    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
+        cost = self.cost(cols.feature_matrix(requests))
+        levels = self.classify(cost)
+        return [
+            Assessment(CostEstimate(float(row[cols.PREFILL_S]), int(row[cols.MEMORY_TOKENS])), int(level))
+            for row, level in zip(cost, levels, strict=True)
+        ]

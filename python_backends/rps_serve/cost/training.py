@@ -1,0 +1,113 @@
+"""Offline training: fit the cost models on profile records and write their ONNX files and a report."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from rps_serve.cost import features as cols
+from rps_serve.cost.classifier import MemoryFeature, RequestClassifier
+from rps_serve.cost.estimator import ImpactEstimator
+from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, onnx_path
+from rps_serve.profiles.records import ProfileRecord
+from rps_serve.requests import Modality, RequestClass
+
+logger = logging.getLogger(__name__)
+
+REPORT_FILE = "cost_model_report.json"
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    num_classes: int = 3
+    power_transform: bool = False
+    memory_feature: MemoryFeature = MemoryFeature.PREFILL_TOKENS
+    quantile: float = 0.9
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A fitted estimator and classifier pair."""
+
+    estimator: ImpactEstimator
+    classifier: RequestClassifier
+
+
+def fit_cost_model(records: Sequence[ProfileRecord], options: TrainingOptions) -> CostModel:
+    estimator = ImpactEstimator(quantile=options.quantile).fit(records)
+    cost = estimator.predict_cost(cols.feature_matrix([r.features for r in records]))
+    classifier = RequestClassifier(
+        num_classes=options.num_classes,
+        power_transform=options.power_transform,
+        memory_feature=options.memory_feature,
+        random_state=options.seed,
+    ).fit(cost)
+    return CostModel(estimator, classifier)
+
+
+def _report(model: CostModel, records: Sequence[ProfileRecord], source: str) -> dict[str, Any]:
+    estimator, classifier = model.estimator, model.classifier
+    k = classifier.num_classes
+    modalities = np.array([r.modality.index for r in records])
+    labels = classifier.pipeline_.named_steps["kmeans"].labels_
+    classes = []
+    for level in range(k):
+        in_class = labels == level
+        classes.append(
+            {
+                "level": level,
+                "name": RequestClass.for_level(level, k).label,
+                "count": int(in_class.sum()),
+                "centroid_scaled": [float(x) for x in classifier.centroids_[level]],
+                "count_by_modality": {
+                    m.value: int((in_class & (modalities == m.index)).sum()) for m in Modality
+                },
+            }
+        )
+    return {
+        "source": source,
+        "records": len(records),
+        "estimator": {
+            "quantile_modalities": {"image": estimator.quantile, "video": estimator.quantile},
+            "lines": {
+                m.value: {"intercept": line.intercept, "slope": line.slope}
+                for m, line in estimator.lines_.items()
+            },
+            "mae_s": {m.value: mae for m, mae in estimator.mae_s_.items()},
+            "mae_note": "in-sample mean absolute error of prefill seconds per modality",
+        },
+        "classifier": {
+            "num_classes": k,
+            "power_transform": classifier.power_transform,
+            "memory_feature": classifier.memory_feature.value,
+            "classes": classes,
+        },
+    }
+
+
+def train_cost_model(
+    records: Sequence[ProfileRecord], out_dir: Path, options: TrainingOptions, source: str
+) -> dict[str, Any]:
+    """Fit on `records`; write both ONNX models under `out_dir` in model-repository layout, and the report."""
+    model = fit_cost_model(records, options)
+    exports = {
+        ESTIMATOR_MODEL: estimator_to_onnx(model.estimator),
+        CLASSIFIER_MODEL: classifier_to_onnx(model.classifier),
+    }
+    for name, proto in exports.items():
+        path = onnx_path(out_dir, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save_model(proto, str(path))
+        logger.info("wrote %s", path)
+    report = _report(model, records, source)
+    (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    return report

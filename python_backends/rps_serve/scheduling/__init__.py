@@ -1,0 +1,1 @@
+"""The RPS policy, engine-agnostic: Priority Regulator, Queue Manager and preemption rule."""

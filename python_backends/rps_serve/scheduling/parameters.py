@@ -1,0 +1,117 @@
+"""Policies and per-class parameters of the Priority Regulator."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from rps_serve.profiles.reference import isolated_ttft_slo_s
+from rps_serve.requests import Modality, RequestClass
+
+
+class Policy(enum.Enum):
+    """How waiting requests are ordered.
+
+    - rps: static class priority plus bounded aging (the paper's policy);
+    - static: static class priority only, FCFS inside a class;
+    - aging: the aging term only (no static priority);
+    - edf: earliest deadline first, deadline = arrival + the class SLO;
+    - fcfs: arrival order, classes ignored (vLLM's default).
+    """
+
+    RPS = "rps"
+    STATIC = "static"
+    AGING = "aging"
+    EDF = "edf"
+    FCFS = "fcfs"
+
+    @classmethod
+    def parse(cls, name: str) -> Policy:
+        try:
+            return cls(name.strip().lower())
+        except ValueError:
+            known = ", ".join(p.value for p in cls)
+            raise ValueError(f"unknown policy {name!r}; expected one of {known}") from None
+
+
+@dataclass(frozen=True)
+class ClassParameters:
+    """Priority_r = static_priority + 1 - exp(-k * boost * waiting_s ** p); `slo_s` is the EDF deadline."""
+
+    static_priority: float
+    p: float
+    k: float
+    slo_s: float
+
+    def __post_init__(self) -> None:
+        if self.static_priority < 0 or self.p <= 0 or self.k <= 0 or self.slo_s <= 0:
+            raise ValueError(f"invalid class parameters {self}")
+
+
+_SLO = isolated_ttft_slo_s()
+
+# SPEC.md, Priority Regulator. SLOs: isolated P99 TTFT of the class's typical modality.
+PAPER_PARAMETERS: dict[RequestClass, ClassParameters] = {
+    RequestClass.SAND: ClassParameters(0.1, 3.5, 0.05, _SLO[Modality.TEXT]),
+    RequestClass.PEBBLES: ClassParameters(0.05, 2.5, 0.003, _SLO[Modality.IMAGE]),
+    RequestClass.ROCKS: ClassParameters(0.0, 1.1, 0.00075, _SLO[Modality.VIDEO]),
+}
+
+
+def _between(light: float, heavy: float, t: float, log_scale: bool) -> float:
+    if t in (0.0, 1.0):
+        return light if t == 0.0 else heavy  # anchors exactly, free of rounding
+    if log_scale:
+        return math.exp((1 - t) * math.log(light) + t * math.log(heavy))
+    return (1 - t) * light + t * heavy
+
+
+def class_ladder(
+    num_levels: int, anchors: dict[RequestClass, ClassParameters] = PAPER_PARAMETERS
+) -> tuple[ClassParameters, ...]:
+    """Parameters for every class level when the classifier has `num_levels` clusters.
+
+    Level l sits at t = l / (num_levels - 1) on a ladder through sand (t=0), pebbles (t=0.5) and
+    rocks (t=1); each parameter is interpolated piecewise between the two nearest anchors, the rate k
+    and the SLO geometrically (they span orders of magnitude). Three levels give the anchors exactly.
+    """
+    if num_levels < 2:
+        raise ValueError(f"need at least 2 class levels, got {num_levels}")
+    points = [
+        (0.0, anchors[RequestClass.SAND]),
+        (0.5, anchors[RequestClass.PEBBLES]),
+        (1.0, anchors[RequestClass.ROCKS]),
+    ]
+    ladder = []
+    for level in range(num_levels):
+        t = level / (num_levels - 1)
+        (t0, lo), (t1, hi) = (points[0], points[1]) if t <= 0.5 else (points[1], points[2])
+        u = (t - t0) / (t1 - t0)
+        ladder.append(
+            ClassParameters(
+                static_priority=_between(lo.static_priority, hi.static_priority, u, log_scale=False),
+                p=_between(lo.p, hi.p, u, log_scale=False),
+                k=_between(lo.k, hi.k, u, log_scale=True),
+                slo_s=_between(lo.slo_s, hi.slo_s, u, log_scale=True),
+            )
+        )
+    return tuple(ladder)
+
+
+@dataclass(frozen=True)
+class PressureSettings:
+    """Queue-pressure boost: excess = max(0, age_weight*(age/ema_age - 1) + length_weight*(len/ema_len - 1)).
+
+    boost = round(1 + (max_boost - 1) * (1 - exp(-steepness * excess))), EMAs with `ema_alpha`.
+    The ratios are taken against at least `min_ema_length` requests and `min_ema_age_s` seconds, so a
+    queue that was idle does not read its first arrival as maximal pressure.
+    """
+
+    ema_alpha: float = 0.004
+    age_weight: float = 0.7
+    length_weight: float = 0.3
+    steepness: float = 2.0
+    max_boost: float = 3.0
+    min_ema_length: float = 1.0
+    min_ema_age_s: float = 0.1

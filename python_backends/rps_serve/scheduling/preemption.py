@@ -1,0 +1,71 @@
+"""When a waiting request may evict a running one (recompute preemption), and which one.
+
+Rule: a waiting request W that cannot otherwise be admitted may evict a running request R only if
+1. R is of a strictly heavier class level than W;
+2. W's score beats R's by more than the policy's margin (R scored as if waiting since its arrival,
+   so a rock that has aged is protected);
+3. R has been preempted fewer than `max_preemptions` times.
+Rule 1 makes eviction flow only from lighter to heavier classes, so two requests can never evict
+each other in turn (no ping-pong); the margin stops evictions between near-equal priorities, where
+the recompute would cost more than the reordering gains; rule 3 bounds the work any request loses.
+The victim is the eligible request with the worst score, latest arrival on ties (as vLLM chooses).
+FCFS never preempts for a waiting request, as stock vLLM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rps_serve.scheduling.parameters import Policy
+
+T = TypeVar("T")
+
+# Score units: -log(priority) for priority policies (ln 2: W needs twice R's priority), seconds for EDF.
+DEFAULT_MARGINS: dict[Policy, float] = {
+    Policy.RPS: math.log(2.0),
+    Policy.STATIC: math.log(2.0),
+    Policy.AGING: math.log(2.0),
+    Policy.EDF: 0.0,
+}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """What the rule needs to know of a request, waiting or running."""
+
+    level: int
+    score: float
+    arrival_time: float
+    num_preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class PreemptionRule:
+    margin: float
+    max_preemptions: int = 2
+
+    @classmethod
+    def for_policy(cls, policy: Policy, max_preemptions: int = 2) -> PreemptionRule | None:
+        """The default rule of `policy`; None where the policy never preempts (fcfs)."""
+        if policy not in DEFAULT_MARGINS:
+            return None
+        return cls(DEFAULT_MARGINS[policy], max_preemptions)
+
+    def may_evict(self, waiting: Contender, running: Contender) -> bool:
+        return (
+            running.level > waiting.level
+            and running.num_preemptions < self.max_preemptions
+            and waiting.score + self.margin < running.score
+        )
+
+    def choose_victim(self, waiting: Contender, running: Sequence[tuple[T, Contender]]) -> T | None:
+        """The running request `waiting` should evict, or None if the rule allows none."""
+        eligible = [
+            (c.score, c.arrival_time, i) for i, (_, c) in enumerate(running) if self.may_evict(waiting, c)
+        ]
+        if not eligible:
+            return None
+        return running[max(eligible)[2]][0]

@@ -1,0 +1,1 @@
+"""Workloads: request shapes, mixes and arrival processes."""

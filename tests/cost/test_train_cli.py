@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rps_serve.cli import main
+from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.profiles.records import ProfileRecord, read_records, write_records
+from rps_serve.requests import Modality
+
+
+def test_train_from_reference_writes_repository_and_report(tmp_path: Path) -> None:
+    assert (
+        main(["train", "--model", "llava-onevision-qwen2-7b", "--out", str(tmp_path), "--per-kind", "100"])
+        == 0
+    )
+    report = json.loads((tmp_path / "cost_model_report.json").read_text())
+    assert set(report["estimator"]["mae_s"]) == {m.value for m in Modality}
+    classes = report["classifier"]["classes"]
+    assert [c["name"] for c in classes] == ["sand", "pebbles", "rocks"]
+    assert sum(c["count"] for c in classes) == report["records"] == 400
+    assert OnnxCostModel.from_repository(tmp_path).num_classes == 3
+
+
+def test_train_from_profile_data(tmp_path: Path, reference_records: list[ProfileRecord]) -> None:
+    profile = tmp_path / "profile.jsonl"
+    write_records(profile, reference_records)
+    assert list(read_records(profile)) == reference_records
+    out = tmp_path / "repo"
+    assert main(["train", "--profile-data", str(profile), "--out", str(out), "--classes", "4"]) == 0
+    report = json.loads((out / "cost_model_report.json").read_text())
+    assert report["records"] == len(reference_records)
+    assert len(report["classifier"]["classes"]) == 4
+
+
+def test_broken_profile_data_names_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "profile.jsonl"
+    profile.write_text('{"modality": "text"}\n')
+    assert main(["train", "--profile-data", str(profile), "--out", str(tmp_path / "repo")]) == 2
+    assert "profile.jsonl:1: not a profile record" in capsys.readouterr().err
+
+
+def test_classify_prints_class_per_request(
+    trained_repository: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["classify", "--repository", str(trained_repository), "text:50", "video:6300:6272"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert rows[0].split()[-1] == "sand" and rows[1].split()[-1] == "rocks"
+
+
+def test_classify_rejects_malformed_request(trained_repository: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["classify", "--repository", str(trained_repository), "image:10:20"])

@@ -1,0 +1,147 @@
+"""Queue Manager: bookkeeping, and ordering properties checked with hypothesis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rps_serve.requests import RequestClass
+from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy, class_ladder
+from rps_serve.scheduling.queues import ClassQueues
+from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats, outrank_wait_s
+
+
+class Clock:
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _queues(
+    policy: Policy = Policy.RPS, num_levels: int = 3, now: float = 0.0
+) -> tuple[ClassQueues[str], Clock]:
+    clock = Clock(now)
+    return ClassQueues(PriorityRegulator(policy, class_ladder(num_levels)), clock=clock), clock
+
+
+def test_bookkeeping() -> None:
+    queues, clock = _queues()
+    queues.add("a", RequestClass.SAND, 0.0)
+    queues.add("b", RequestClass.ROCKS, 1.0)
+    queues.add("c", RequestClass.ROCKS, 2.0)
+    assert len(queues) == 3 and "b" in queues and queues.level_of("b") == RequestClass.ROCKS
+    clock.now = 4.0
+    assert queues.begin_iteration() == [QueueStats(1, 4.0), QueueStats(0, 0.0), QueueStats(2, 2.5)]
+    queues.remove("b")
+    assert "b" not in queues and queues.stats()[RequestClass.ROCKS] == QueueStats(1, 2.0)
+    with pytest.raises(ValueError, match="already queued"):
+        queues.add("a", RequestClass.SAND, 5.0)
+    with pytest.raises(ValueError, match=r"outside 0\.\.2"):
+        queues.add("z", 3, 5.0)
+
+
+def test_sand_goes_first_then_pebbles_then_rocks_when_fresh() -> None:
+    queues, clock = _queues()
+    queues.add("rock", RequestClass.ROCKS, 0.0)
+    queues.add("pebble", RequestClass.PEBBLES, 0.1)
+    queues.add("sand", RequestClass.SAND, 0.2)
+    clock.now = 0.3
+    queues.begin_iteration()
+    assert [queues.pop() for _ in range(3)] == ["sand", "pebble", "rock"]
+    with pytest.raises(IndexError):
+        queues.peek()
+
+
+def test_fcfs_ignores_classes() -> None:
+    queues, _ = _queues(Policy.FCFS)
+    for name, level, arrival in [("rock", 2, 0.0), ("pebble", 1, 0.1), ("sand", 0, 0.2)]:
+        queues.add(name, level, arrival)
+    assert queues.ordered() == ["rock", "pebble", "sand"]
+
+
+def test_preempted_request_returns_to_the_head_of_its_class() -> None:
+    queues, clock = _queues()
+    queues.add("late", RequestClass.ROCKS, 5.0)
+    queues.add("preempted", RequestClass.ROCKS, 1.0)
+    clock.now = 6.0
+    queues.begin_iteration()
+    assert queues.ordered() == ["preempted", "late"]
+    assert queues.stats()[RequestClass.ROCKS] == QueueStats(2, 3.0)
+
+
+waiting_requests = st.lists(
+    st.tuples(st.integers(0, 2), st.floats(0.0, 500.0, allow_nan=False)), min_size=1, max_size=60
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=waiting_requests,
+    now=st.floats(0.0, 1000.0),
+    policy=st.sampled_from(list(Policy)),
+    boosts=st.lists(st.integers(1, 3), min_size=3, max_size=3),
+)
+def test_order_is_total_and_consistent_with_scores(
+    requests: list[tuple[int, float]], now: float, policy: Policy, boosts: list[int]
+) -> None:
+    queues, _ = _queues(policy, now=now)
+    names = [f"r{i}" for i in range(len(requests))]
+    for name, (level, arrival) in zip(names, requests, strict=True):
+        queues.add(name, level, arrival)
+    queues.regulator._boost[:] = boosts
+    queues.score_chunk = 4  # make popping refill the per-iteration score cache
+    order = queues.ordered()
+    assert sorted(order) == sorted(names)  # every request exactly once
+
+    index = {name: i for i, name in enumerate(names)}
+    levels = np.array([requests[index[n]][0] for n in order])
+    arrivals = np.array([requests[index[n]][1] for n in order])
+    scores = queues.regulator.scores(levels, arrivals, now)
+    keys = [(s, a, index[n]) for s, a, n in zip(scores, arrivals, order, strict=True)]
+    assert keys == sorted(keys)  # ascending (score, arrival, insertion): a total order
+
+    assert [queues.pop() for _ in names] == order  # popping heads walks the same order
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    heavy_level=st.sampled_from([RequestClass.PEBBLES, RequestClass.ROCKS]),
+    heavy_arrival=st.floats(0.0, 100.0),
+    sand_arrivals=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40),
+    pressure=st.lists(st.tuples(st.integers(0, 50), st.floats(0.0, 200.0)), max_size=20),
+)
+def test_waiting_pebble_or_rock_eventually_outranks_new_sand(
+    heavy_level: int,
+    heavy_arrival: float,
+    sand_arrivals: list[float],
+    pressure: list[tuple[int, float]],
+) -> None:
+    """However queue pressure evolved, once a heavy request has waited past the bound, sand arriving
+    from then on queues behind it."""
+    queues, clock = _queues(now=heavy_arrival)
+    queues.add("heavy", heavy_level, heavy_arrival)
+    for length, age in pressure:
+        queues.regulator.observe([QueueStats(length, age)] * 3)
+    bound = outrank_wait_s(PAPER_PARAMETERS[RequestClass(heavy_level)], PAPER_PARAMETERS[RequestClass.SAND])
+    start = heavy_arrival + bound * (1 + 1e-9) + 1e-9
+    for i, offset in enumerate(sorted(sand_arrivals)):
+        clock.now = start + offset
+        queues.add(f"sand{i}", RequestClass.SAND, clock.now)
+        queues.begin_iteration()
+        order = queues.ordered()
+        assert order.index("heavy") < order.index(f"sand{i}")
+
+
+def test_heavy_request_does_not_outrank_fresh_sand_before_the_bound() -> None:
+    """The bound is tight at boost 1: a little earlier, fresh sand still goes first."""
+    for level in (RequestClass.PEBBLES, RequestClass.ROCKS):
+        queues, clock = _queues()
+        queues.add("heavy", level, 0.0)
+        clock.now = 0.99 * outrank_wait_s(PAPER_PARAMETERS[level], PAPER_PARAMETERS[RequestClass.SAND])
+        queues.add("sand", RequestClass.SAND, clock.now)
+        queues.begin_iteration()
+        assert queues.ordered() == ["sand", "heavy"]

@@ -1,0 +1,124 @@
+"""The Priority Regulator against values computed by hand from SPEC.md's formula."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rps_serve.requests import RequestClass
+from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy, PressureSettings, class_ladder
+from rps_serve.scheduling.regulator import (
+    PriorityRegulator,
+    QueuePressure,
+    QueueStats,
+    boost_from_excess,
+    outrank_wait_s,
+)
+
+SAND, PEBBLES, ROCKS = RequestClass.SAND, RequestClass.PEBBLES, RequestClass.ROCKS
+
+
+def _one(regulator: PriorityRegulator, level: int, waiting_s: float, method: str = "scores") -> float:
+    now = 1000.0
+    values = getattr(regulator, method)(np.array([level]), np.array([now - waiting_s]), now)
+    return float(values[0])
+
+
+# Hand computations, boost 1:
+#   sand, w = 2 s:     2^3.5 = 11.3137; 0.05 * 11.3137 = 0.565685; exp(-0.565685) = 0.567971
+#                      priority = 0.1 + 1 - 0.567971 = 0.532029; score = -ln(0.532029) = 0.631057
+#   pebbles, w = 10 s: 10^2.5 = 316.228; 0.003 * 316.228 = 0.948683; exp(-0.948683) = 0.387251
+#                      priority = 0.05 + 0.612749 = 0.662749
+#   rocks, w = 100 s:  100^1.1 = 158.489; 0.00075 * 158.489 = 0.118867; exp(-0.118867) = 0.887926
+#                      priority = 0 + 0.112074
+@pytest.mark.parametrize(
+    ("level", "waiting_s", "expected"),
+    [(SAND, 2.0, 0.532029), (PEBBLES, 10.0, 0.662749), (ROCKS, 100.0, 0.112074), (SAND, 0.0, 0.1)],
+)
+def test_rps_priority_matches_hand_computation(level: int, waiting_s: float, expected: float) -> None:
+    regulator = PriorityRegulator(Policy.RPS, class_ladder(3))
+    assert _one(regulator, level, waiting_s, "priorities") == pytest.approx(expected, abs=1e-6)
+
+
+def test_score_is_minus_log_priority() -> None:
+    regulator = PriorityRegulator(Policy.RPS, class_ladder(3))
+    assert _one(regulator, SAND, 2.0) == pytest.approx(0.631057, abs=1e-6)
+    assert _one(regulator, ROCKS, 0.0) == math.inf
+
+
+def test_boost_multiplies_the_aging_rate() -> None:
+    # Rocks, w = 100 s, boost 3: 3 * 0.118867 = 0.356601; 1 - exp(-0.356601) = 1 - 0.700052 = 0.299948.
+    regulator = PriorityRegulator(Policy.RPS, class_ladder(3))
+    regulator._boost[ROCKS] = 3
+    assert _one(regulator, ROCKS, 100.0, "priorities") == pytest.approx(0.299948, abs=1e-6)
+
+
+def test_static_aging_edf_and_fcfs_scores() -> None:
+    ladder = class_ladder(3)
+    assert _one(PriorityRegulator(Policy.STATIC, ladder), PEBBLES, 50.0) == pytest.approx(-math.log(0.05))
+    # Aging only, sand at 2 s: 1 - 0.567971 = 0.432029.
+    assert _one(PriorityRegulator(Policy.AGING, ladder), SAND, 2.0, "priorities") == pytest.approx(
+        0.432029, abs=1e-6
+    )
+    # EDF: deadline = arrival (1000 - 3) + rocks SLO.
+    edf = _one(PriorityRegulator(Policy.EDF, ladder), ROCKS, 3.0)
+    assert edf == pytest.approx(997.0 + PAPER_PARAMETERS[ROCKS].slo_s)
+    assert _one(PriorityRegulator(Policy.FCFS, ladder), ROCKS, 3.0) == 997.0
+
+
+# excess = max(0, 0.7 (age/ema_age - 1) + 0.3 (len/ema_len - 1)); boost = round(1 + 2 (1 - exp(-2 excess)))
+#   excess 0      -> 1 + 0       = 1
+#   excess 0.2    -> 1 + 2*0.3297 = 1.659 -> 2
+#   excess 1.0    -> 1 + 2*0.8647 = 2.729 -> 3
+@pytest.mark.parametrize(("excess", "boost"), [(0.0, 1), (0.2, 2), (1.0, 3), (50.0, 3)])
+def test_boost_from_excess(excess: float, boost: int) -> None:
+    assert boost_from_excess(excess, PressureSettings()) == boost
+
+
+def test_pressure_rises_when_queue_outgrows_its_history() -> None:
+    pressure = QueuePressure(PressureSettings())
+    for _ in range(500):
+        assert pressure.observe(QueueStats(length=4, mean_age_s=1.0)) == 1
+    # Age doubles and length doubles: excess = 0.7 * 1 + 0.3 * 1 = 1.0 -> boost 3.
+    assert pressure.observe(QueueStats(length=8, mean_age_s=2.0)) == 3
+    # A shorter, younger queue than usual is no pressure.
+    assert pressure.observe(QueueStats(length=1, mean_age_s=0.1)) == 1
+
+
+def test_first_arrival_after_idle_is_not_maximal_pressure() -> None:
+    pressure = QueuePressure(PressureSettings())
+    for _ in range(100):
+        pressure.observe(QueueStats(0, 0.0))
+    # Against the floors (1 request, 0.1 s): 0.7 * (0.01 / 0.1 - 1) + 0.3 * (1 / 1 - 1) < 0 -> boost 1.
+    assert pressure.observe(QueueStats(1, 0.01)) == 1
+
+
+def test_outrank_wait_matches_hand_computation() -> None:
+    # Rocks vs fresh sand: (-ln(0.9) / 0.00075) ** (1 / 1.1) = 140.48 ** 0.90909 = 89.61 s.
+    assert outrank_wait_s(PAPER_PARAMETERS[ROCKS], PAPER_PARAMETERS[SAND]) == pytest.approx(89.6146, abs=1e-3)
+    # Pebbles vs fresh sand: (-ln(0.95) / 0.003) ** 0.4 = 17.098 ** 0.4 = 3.113 s.
+    assert outrank_wait_s(PAPER_PARAMETERS[PEBBLES], PAPER_PARAMETERS[SAND]) == pytest.approx(
+        3.1130, abs=1e-3
+    )
+    assert outrank_wait_s(PAPER_PARAMETERS[SAND], PAPER_PARAMETERS[ROCKS]) == 0.0
+
+
+@pytest.mark.parametrize("num_levels", [2, 3, 4, 5])
+def test_ladder_goes_from_sand_to_rocks(num_levels: int) -> None:
+    ladder = class_ladder(num_levels)
+    assert ladder[0] == PAPER_PARAMETERS[SAND] and ladder[-1] == PAPER_PARAMETERS[ROCKS]
+    statics = [c.static_priority for c in ladder]
+    rates = [c.k for c in ladder]
+    assert statics == sorted(statics, reverse=True) and rates == sorted(rates, reverse=True)
+
+
+def test_three_levels_are_the_paper_parameters() -> None:
+    assert class_ladder(3) == tuple(PAPER_PARAMETERS[c] for c in RequestClass)
+
+
+def test_policy_parse_names_the_choices() -> None:
+    assert Policy.parse(" RPS ") is Policy.RPS
+    with pytest.raises(ValueError, match="rps, static, aging, edf, fcfs"):
+        Policy.parse("lifo")
