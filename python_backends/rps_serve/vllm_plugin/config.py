@@ -1,0 +1,44 @@
+"""Settings of the RPS scheduler, carried to the engine core in vLLM's `additional_config["rps"]`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rps_serve.scheduling.parameters import Policy
+
+CONFIG_KEY = "rps"
+EXTRA_ARGS_KEY = "rps"  # sampling_params.extra_args[EXTRA_ARGS_KEY]: the class as the ensemble computed it
+
+
+@dataclass(frozen=True)
+class RPSConfig:
+    """How the engine orders, classifies and preempts.
+
+    `cost_model` is a model repository holding the ONNX Impact Estimator and Request Classifier
+    (`rps-serve train --out`); without it the engine classifies by modality (the naive classifier).
+    `naive` forces the naive classifier even with a cost model (the ablation). `chunk_cap_tokens`
+    caps prefill chunks while a lighter class waits behind a heavier prefill (0 disables).
+    """
+
+    policy: Policy = Policy.RPS
+    cost_model: str | None = None
+    naive: bool = False
+    chunk_cap_tokens: int = 256
+    max_preemptions: int = 2
+
+    def to_additional_config(self) -> dict[str, Any]:
+        return {CONFIG_KEY: {**asdict(self), "policy": self.policy.value}}
+
+    @classmethod
+    def from_additional_config(cls, additional: dict[str, Any] | None) -> RPSConfig:
+        raw = dict((additional or {}).get(CONFIG_KEY) or {})
+        unknown = set(raw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown RPS scheduler settings {sorted(unknown)}")
+        if "policy" in raw:
+            raw["policy"] = Policy.parse(raw["policy"])
+        if raw.get("cost_model") is not None and not Path(raw["cost_model"]).is_dir():
+            raise ValueError(f"RPS cost model repository {raw['cost_model']} does not exist")
+        return cls(**raw)

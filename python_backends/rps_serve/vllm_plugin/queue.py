@@ -1,0 +1,73 @@
+"""vLLM's `RequestQueue` interface over the Queue Manager's per-class queues."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+
+from vllm.v1.core.sched.request_queue import RequestQueue
+from vllm.v1.request import Request
+
+from rps_serve.scheduling.queues import ClassQueues
+from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats
+
+
+class ClassRequestQueue(RequestQueue):
+    """Waiting requests in per-class queues, handed out in RPS priority order.
+
+    vLLM "prepends" requests it could not schedule or has preempted; here every request is placed
+    by its arrival time inside its class, which puts those back at the head of their class.
+    A request's class is computed once, when it first arrives, and remembered for its lifetime.
+    """
+
+    def __init__(self, regulator: PriorityRegulator, classify: Callable[[Request], int]) -> None:
+        self._queues: ClassQueues[Request] = ClassQueues(regulator, clock=time.time)
+        self._classify = classify
+        self._levels: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
+
+    @property
+    def classes(self) -> ClassQueues[Request]:
+        return self._queues
+
+    def level(self, request: Request) -> int:
+        """Class level of a request this queue has seen (waiting or not)."""
+        if request not in self._levels:
+            self._levels[request] = self._classify(request)
+        return self._levels[request]
+
+    def begin_iteration(self) -> list[QueueStats]:
+        return self._queues.begin_iteration()
+
+    def add_request(self, request: Request) -> None:
+        self._queues.add(request, self.level(request), request.arrival_time)
+
+    def pop_request(self) -> Request:
+        return self._queues.pop()
+
+    def peek_request(self) -> Request:
+        return self._queues.peek()
+
+    def prepend_request(self, request: Request) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.add_request(request)
+
+    def remove_request(self, request: Request) -> None:
+        self._queues.remove(request)
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            if request in self._queues:
+                self._queues.remove(request)
+
+    def __bool__(self) -> bool:
+        return bool(self._queues)
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._queues.ordered())

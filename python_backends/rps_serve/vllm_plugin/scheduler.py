@@ -1,0 +1,142 @@
+"""RPS scheduler for the vLLM V1 engine: class queues, priorities each step, eviction for waiting requests.
+
+Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes:
+- `self.waiting` is a `ClassRequestQueue`: requests come out in RPS priority order, recomputed at
+  every step (`begin_iteration`);
+- before the loop, the best waiting request may evict a running request of a heavier class when it
+  cannot otherwise be admitted (`PreemptionRule`; recompute preemption, as vLLM's own);
+- while a lighter class waits behind a heavier prefill, prefill chunks are capped for that step;
+- `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
+  (which runs with the priority policy) evicts the heaviest class first.
+Use `RPSScheduler` where async scheduling is off (CPU), `RPSAsyncScheduler` where it is on (GPU).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from rps_serve.scheduling.chunking import prefill_chunk_cap
+from rps_serve.scheduling.parameters import Policy, class_ladder
+from rps_serve.scheduling.preemption import Contender, PreemptionRule
+from rps_serve.scheduling.regulator import PriorityRegulator
+from rps_serve.vllm_plugin.classify import EngineClassifier
+from rps_serve.vllm_plugin.config import RPSConfig
+from rps_serve.vllm_plugin.queue import ClassRequestQueue
+
+logger = logging.getLogger(__name__)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _RPSMixin(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rps = RPSConfig.from_additional_config(self.vllm_config.additional_config)
+        self.classifier = EngineClassifier(self.rps)
+        regulator = PriorityRegulator(self.rps.policy, class_ladder(self.classifier.num_levels))
+        if self.waiting:
+            raise RuntimeError("the RPS scheduler must replace the waiting queue before requests arrive")
+        self.waiting: ClassRequestQueue = ClassRequestQueue(regulator, self._classify)
+        # vLLM picks its preemption victim under KV pressure by (priority, arrival) only with this policy.
+        self.policy = SchedulingPolicy.PRIORITY
+        self.preemption_rule = PreemptionRule.for_policy(self.rps.policy, self.rps.max_preemptions)
+        self.evictions: Counter[int] = Counter()
+        logger.info(
+            "RPS scheduler: policy %s, %d classes, %s classifier",
+            self.rps.policy.value,
+            self.classifier.num_levels,
+            "naive" if self.classifier.num_levels == 3 and not self.rps.cost_model else "ONNX",
+        )
+
+    def _classify(self, request: Request) -> int:
+        level = self.classifier.level(request)
+        request.priority = level
+        return level
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        self.waiting.begin_iteration()
+        self._evict_for_waiting()
+        with self._chunk_cap(self._prefill_cap()):
+            return super().schedule(*args, **kwargs)
+
+    def _contender(self, request: Request) -> Contender:
+        level = self.waiting.level(request)
+        return Contender(
+            level=level,
+            score=self.waiting.classes.score(level, request.arrival_time),
+            arrival_time=request.arrival_time,
+            num_preemptions=request.num_preemptions,
+        )
+
+    def _fits(self, request: Request) -> bool:
+        """Whether `request`'s next chunk could be admitted without evicting anyone."""
+        if len(self.running) >= self.max_num_running_reqs:
+            return False
+        chunk = min(request.num_tokens - request.num_computed_tokens, self.max_num_scheduled_tokens)
+        # Running requests may each need a fresh block for their next token.
+        needed = _cdiv(chunk, self.block_size) + len(self.running)
+        return needed <= self.kv_cache_manager.block_pool.get_num_free_blocks()
+
+    def _evict_for_waiting(self) -> None:
+        """Preempt one running request for the best waiting one, if the rule allows and it is needed."""
+        if self.preemption_rule is None or not self.waiting:
+            return
+        candidate = self.waiting.peek_request()
+        if self._fits(candidate):
+            return
+        running = [(r, self._contender(r)) for r in self.running if r.status == RequestStatus.RUNNING]
+        victim = self.preemption_rule.choose_victim(self._contender(candidate), running)
+        if victim is None or not self._request_blocks_can_be_freed(victim):
+            return
+        self.running.remove(victim)
+        self._preempt_request(victim, time.monotonic())
+        self.evictions[self.waiting.level(victim)] += 1
+        logger.debug("evicted %s for waiting %s", victim.request_id, candidate.request_id)
+
+    def _prefill_cap(self) -> int:
+        if self.rps.policy is Policy.FCFS or not self.waiting:
+            return 0
+        prefilling = (
+            self.waiting.level(r) for r in self.running if r.num_computed_tokens < r.num_prompt_tokens
+        )
+        return prefill_chunk_cap(
+            [self.waiting.level(self.waiting.peek_request())], prefilling, self.rps.chunk_cap_tokens
+        )
+
+    @contextmanager
+    def _chunk_cap(self, cap: int) -> Iterator[None]:
+        """Apply vLLM's per-request prefill cap (long_prefill_token_threshold) for one step."""
+        config = self.scheduler_config
+        configured = config.long_prefill_token_threshold
+        if cap and (configured == 0 or cap < configured):
+            config.long_prefill_token_threshold = cap
+        try:
+            yield
+        finally:
+            config.long_prefill_token_threshold = configured
+
+
+class RPSScheduler(_RPSMixin, Scheduler):
+    """For engines without async scheduling (the CPU platform)."""
+
+
+class RPSAsyncScheduler(_RPSMixin, AsyncScheduler):
+    """For engines with async scheduling (the default on GPUs)."""
+
+
+def scheduler_cls_name(async_scheduling: bool) -> str:
+    cls = RPSAsyncScheduler if async_scheduling else RPSScheduler
+    return f"{cls.__module__}.{cls.__qualname__}"
