@@ -122,7 +122,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     classify.set_defaults(handler=_classify)
 
-    tiny = commands.add_parser("make-tiny-model", help="build a tiny random Qwen2-VL offline (tests, CPU demo)")
+    tiny = commands.add_parser(
+        "make-tiny-model", help="build a tiny random Qwen2-VL offline (tests, CPU demo)"
+    )
     tiny.add_argument("out", type=Path)
     tiny.add_argument("--layers", type=int, default=4)
     tiny.add_argument("--hidden", type=int, default=256)

@@ -53,7 +53,8 @@ class _RPSMixin(Scheduler):
         # vLLM picks its preemption victim under KV pressure by (priority, arrival) only with this policy.
         self.policy = SchedulingPolicy.PRIORITY
         self.preemption_rule = PreemptionRule.for_policy(self.rps.policy, self.rps.max_preemptions)
-        self.evictions: Counter[int] = Counter()
+        self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
+        self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         logger.info(
             "RPS scheduler: policy %s, %d classes, %s classifier",
             self.rps.policy.value,
@@ -105,6 +106,10 @@ class _RPSMixin(Scheduler):
         self._preempt_request(victim, time.monotonic())
         self.evictions[self.waiting.level(victim)] += 1
         logger.debug("evicted %s for waiting %s", victim.request_id, candidate.request_id)
+
+    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        self.preemptions[self.waiting.level(request)] += 1
+        super()._preempt_request(request, *args, **kwargs)
 
     def _prefill_cap(self) -> int:
         if self.rps.policy is Policy.FCFS or not self.waiting:

@@ -1,0 +1,134 @@
+"""A real vLLM V1 engine (CPU build) in-process, on a tiny random Qwen2-VL built for the session."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rps_serve.requests import Modality
+from rps_serve.scheduling.parameters import Policy
+from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+from rps_serve.workload.media import random_image, random_video
+from rps_serve.workload.prompts import chat_prompt, filler_text
+
+configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-vllm-")))
+# In-process engine core: tests drive `step()` themselves and inspect the scheduler.
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+MEDIA_SIZE = 224  # image -> 64 placeholder tokens; 8-frame video -> 256
+VIDEO_FRAMES = 8
+MAX_MODEL_LEN = 1024
+BLOCK_SIZE = 32  # the CPU backend's default is 128; small blocks make KV pressure easy to set up
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
+
+    out = tmp_path_factory.mktemp("tiny-qwen2-vl")
+    build_tiny_model(
+        out,
+        TinyModelSpec(
+            layers=2, hidden=128, image_size=MEDIA_SIZE, video_size=MEDIA_SIZE, video_frames=VIDEO_FRAMES
+        ),
+    )
+    return out
+
+
+def make_engine(model: Path, policy: Policy, **overrides: Any) -> Any:
+    from vllm import EngineArgs, LLMEngine
+
+    from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
+
+    rps_settings = overrides.pop("rps", {})
+    settings: dict[str, Any] = {
+        "model": str(model),
+        "max_model_len": MAX_MODEL_LEN,
+        "max_num_batched_tokens": MAX_MODEL_LEN,
+        "enforce_eager": True,
+        "dtype": "float32",
+        "limit_mm_per_prompt": {"image": 1, "video": 1},
+        "enable_prefix_caching": False,
+        "block_size": BLOCK_SIZE,
+        "seed": 0,
+        **scheduler_engine_kwargs(policy, **rps_settings),
+        **overrides,
+    }
+    return LLMEngine.from_engine_args(EngineArgs(**settings))
+
+
+def scheduler_of(engine: Any) -> Any:
+    return engine.engine_core.engine_core.scheduler
+
+
+@dataclass
+class Driver:
+    """Submits requests to an engine, steps it to completion, and records what happened when."""
+
+    engine: Any
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    media_rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    step: int = 0
+    first_token_step: dict[str, int] = field(default_factory=dict)
+    finished_step: dict[str, int] = field(default_factory=dict)
+    output_tokens: dict[str, int] = field(default_factory=dict)
+
+    def submit(
+        self,
+        request_id: str,
+        modality: Modality,
+        words: int = 20,
+        max_tokens: int = 4,
+        arrival_time: float | None = None,
+        extra_args: dict[str, Any] | None = None,
+    ) -> None:
+        from vllm import SamplingParams
+
+        prompt: dict[str, Any] = {"prompt": chat_prompt(filler_text(words, self.rng), modality)}
+        if modality is Modality.IMAGE:
+            prompt["multi_modal_data"] = {"image": random_image(MEDIA_SIZE, MEDIA_SIZE, self.media_rng)}
+        elif modality is Modality.VIDEO:
+            video = random_video(VIDEO_FRAMES, MEDIA_SIZE, MEDIA_SIZE, self.media_rng)
+            prompt["multi_modal_data"] = {"video": video}
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args)
+        self.engine.add_request(request_id, prompt, params, arrival_time=arrival_time)
+
+    def advance(self) -> None:
+        self.step += 1
+        for output in self.engine.step():
+            produced = len(output.outputs[0].token_ids)
+            if produced and output.request_id not in self.first_token_step:
+                self.first_token_step[output.request_id] = self.step
+            if output.finished:
+                self.finished_step[output.request_id] = self.step
+                self.output_tokens[output.request_id] = produced
+
+    def run(self, max_steps: int = 5000) -> None:
+        while self.engine.has_unfinished_requests():
+            self.advance()
+            assert self.step < max_steps, "engine did not drain"
+
+    def first_token_order(self) -> list[str]:
+        return sorted(self.first_token_step, key=lambda r: (self.first_token_step[r], r))
+
+
+@pytest.fixture
+def driver_for() -> Iterator[Any]:
+    """driver_for(engine) -> Driver; shuts the engines down after the test."""
+    engines: list[Any] = []
+
+    def build(engine: Any) -> Driver:
+        engines.append(engine)
+        return Driver(engine)
+
+    yield build
+    for engine in engines:
+        engine.engine_core.shutdown()

@@ -1,0 +1,116 @@
+"""The RPS scheduler inside a real vLLM V1 engine (CPU build, tiny Qwen2-VL)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rps_serve.requests import Modality, RequestClass
+from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy
+from rps_serve.scheduling.regulator import outrank_wait_s
+from tests.vllm_plugin.conftest import BLOCK_SIZE, make_engine, scheduler_of
+
+ONE_AT_A_TIME = {"max_num_seqs": 1}
+CONTENDERS = [("rock", Modality.VIDEO), ("pebble", Modality.IMAGE), ("sand", Modality.TEXT)]
+
+
+def test_classes_run_in_priority_order_under_contention(tiny_model: Path, driver_for: Any) -> None:
+    driver = driver_for(make_engine(tiny_model, Policy.RPS, **ONE_AT_A_TIME))
+    for request_id, modality in CONTENDERS:  # the rock arrives first
+        driver.submit(request_id, modality)
+    driver.run()
+    assert driver.first_token_order() == ["sand", "pebble", "rock"]
+
+
+def test_stock_fcfs_serves_in_arrival_order(tiny_model: Path, driver_for: Any) -> None:
+    """The same contention under stock vLLM: the rock blocks everyone behind it."""
+    driver = driver_for(make_engine(tiny_model, Policy.FCFS, **ONE_AT_A_TIME))
+    for request_id, modality in CONTENDERS:
+        driver.submit(request_id, modality)
+    driver.run()
+    assert driver.first_token_order() == ["rock", "pebble", "sand"]
+
+
+def test_aging_lets_a_rock_through_sustained_sand(tiny_model: Path, driver_for: Any) -> None:
+    """New sand keeps arriving; a rock that has waited past the outrank bound is served before it,
+    a rock that has waited less is not."""
+    bound = outrank_wait_s(PAPER_PARAMETERS[RequestClass.ROCKS], PAPER_PARAMETERS[RequestClass.SAND])
+    driver = driver_for(make_engine(tiny_model, Policy.RPS, **ONE_AT_A_TIME))
+    now = time.time()
+    driver.submit("old-rock", Modality.VIDEO, arrival_time=now - 1.05 * bound)
+    driver.submit("young-rock", Modality.VIDEO, arrival_time=now - 0.5 * bound)
+    for i in range(6):
+        driver.submit(f"sand{i}", Modality.TEXT)
+        driver.advance()
+    driver.run()
+    order = driver.first_token_order()
+    assert order[0] == "old-rock"
+    assert order[-1] == "young-rock"
+
+
+def test_sand_evicts_a_running_rock_under_kv_pressure(tiny_model: Path, driver_for: Any) -> None:
+    # 16 usable blocks of 32 tokens: a ~300-token video decoding 200 tokens fills the cache.
+    engine = make_engine(
+        tiny_model, Policy.RPS, num_gpu_blocks_override=512 // BLOCK_SIZE + 1, max_model_len=512
+    )
+    scheduler = scheduler_of(engine)
+    driver = driver_for(engine)
+    driver.submit("rock", Modality.VIDEO, max_tokens=200)
+    # Let the rock's KV grow until a 150-word (>= 150-token, >= 5-block) sand prompt cannot fit beside it.
+    while scheduler.kv_cache_manager.block_pool.get_num_free_blocks() > 3:
+        assert "rock" not in driver.finished_step, "the rock never filled the cache"
+        driver.advance()
+    driver.submit("sand", Modality.TEXT, words=150, max_tokens=4)
+    driver.run()
+    assert scheduler.evictions[RequestClass.ROCKS] >= 1
+    assert driver.finished_step["sand"] < driver.finished_step["rock"]
+    assert driver.output_tokens == {"rock": 200, "sand": 4}
+
+
+def test_no_request_is_lost_and_kv_returns_to_baseline(tiny_model: Path, driver_for: Any) -> None:
+    engine = make_engine(
+        tiny_model, Policy.RPS, num_gpu_blocks_override=1024 // BLOCK_SIZE + 1, max_model_len=640
+    )
+    scheduler = scheduler_of(engine)
+    free_at_start = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+    driver = driver_for(engine)
+    plan = {}
+    modalities = [Modality.TEXT, Modality.TEXT, Modality.IMAGE, Modality.VIDEO]
+    for i in range(16):
+        modality = modalities[i % len(modalities)]
+        plan[f"r{i}"] = max_tokens = 10 + 17 * (i % 5)
+        driver.submit(f"r{i}", modality, words=10 + 9 * i, max_tokens=max_tokens)
+        driver.advance()
+    driver.run()
+    assert sum(scheduler.preemptions.values()) > 0, "the cache was never short: the test proves nothing"
+    assert driver.output_tokens == plan
+    assert not scheduler.running and not scheduler.waiting
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == free_at_start
+
+
+def test_abort_frees_kv_blocks(tiny_model: Path, driver_for: Any) -> None:
+    engine = make_engine(tiny_model, Policy.RPS)
+    scheduler = scheduler_of(engine)
+    free_at_start = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+    driver = driver_for(engine)
+    for i, modality in enumerate([Modality.VIDEO, Modality.IMAGE, Modality.TEXT, Modality.TEXT]):
+        driver.submit(f"r{i}", modality, max_tokens=200)
+    for _ in range(3):
+        driver.advance()
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < free_at_start
+    engine.abort_request([f"r{i}" for i in range(4)])
+    driver.advance()
+    assert not engine.has_unfinished_requests()
+    assert not scheduler.running and not scheduler.waiting
+    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == free_at_start
+
+
+def test_supplied_class_wins_over_the_engine_estimate(tiny_model: Path, driver_for: Any) -> None:
+    """The ensemble's class (sampling_params.extra_args["rps"]) decides, not the engine's guess."""
+    driver = driver_for(make_engine(tiny_model, Policy.RPS, **ONE_AT_A_TIME))
+    driver.submit("text-said-rock", Modality.TEXT, extra_args={"rps": {"class_level": 2, "num_classes": 3}})
+    driver.submit("video-said-sand", Modality.VIDEO, extra_args={"rps": {"class_level": 0, "num_classes": 3}})
+    driver.submit("plain-image", Modality.IMAGE)
+    driver.run()
+    assert driver.first_token_order() == ["video-said-sand", "plain-image", "text-said-rock"]
