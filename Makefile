@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench experiments clean
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,8 @@ demo: setup
 	$(BIN)/rps-serve train --model llava-onevision-qwen2-7b --out $(OUT)/model_repository
 	$(BIN)/rps-serve classify --repository $(OUT)/model_repository \
 		text:120 text:1800 image:2980:2916 video:1620:1568 video:6320:6272
+	$(BIN)/rps-serve simulate --profile llava-onevision-qwen2-7b --gpus 1 --mix mixed-iii --rate 14 \
+		--requests 3500 --seed 0 --policies fcfs,rps --json $(OUT)/simulate.json
 
 lint: setup
 	$(BIN)/ruff check .
@@ -37,6 +39,10 @@ test: lint
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_scheduling.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_cost_model.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
+
+experiments: setup
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/experiments.py all
 
 clean:
 	rm -rf $(VENV) $(OUT)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES, MemoryFeature
 from rps_serve.cost.runtime import OnnxCostModel
@@ -15,6 +17,10 @@ from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import reference_model_names
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
+from rps_serve.sim.run import SimulationConfig, run_simulation
+from rps_serve.sim.simulator import POLICY_VARIANTS
+from rps_serve.workload.mixes import MIXES, mix_by_name
+from rps_serve.workload.trace import generate_trace, write_trace
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -85,6 +91,69 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_table(report: dict[str, Any]) -> None:
+    print(
+        f"{'policy':<14} {'text p99':>9} {'text mean':>9} {'image mean':>10} {'video mean':>10}"
+        f" {'norm mean':>9} {'util':>5} {'done':>6} {'preempt':>7}"
+    )
+    for policy, result in report["results"].items():
+        ttft = {m: result["by_modality"][m]["ttft"] for m in ("text", "image", "video")}
+        cells = [ttft["text"]["p99"], ttft["text"]["mean"], ttft["image"]["mean"], ttft["video"]["mean"]]
+        shown = " ".join(
+            f"{'-' if v is None else f'{v:.3f}':>{w}}" for v, w in zip(cells, (9, 9, 10, 10), strict=True)
+        )
+        print(
+            f"{policy:<14} {shown} {result['overall']['norm_latency']['mean']:9.4f}"
+            f" {result['utilization']:5.2f} {result['completed']:6d} {result['preemptions']:7d}"
+        )
+    print("TTFT and normalized latency (s per output token) in seconds")
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    config = SimulationConfig(
+        profile=args.profile,
+        gpus=args.gpus,
+        mix=args.mix,
+        rate=args.rate,
+        requests=args.requests,
+        seed=args.seed,
+        classes=args.classes,
+        burst_cv=args.burst_cv,
+        model=args.model,
+        profile_gpus=args.profile_gpus,
+    )
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    report, outcomes = run_simulation(config, policies)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1) + "\n")
+    _print_table(report)
+    print(f"wrote {args.json}")
+    if args.plot:
+        from rps_serve.sim.plots import plot_ttft_cdf
+
+        title = f"{args.profile}, {args.gpus} GPU, {args.mix} at {args.rate:g} req/s"
+        plot_ttft_cdf({name: outcome.records for name, outcome in outcomes.items()}, args.plot, title)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    trace = generate_trace(mix_by_name(args.mix), args.rate, args.requests, args.seed, args.burst_cv)
+    write_trace(args.out, trace)
+    print(f"wrote {len(trace)} requests over {trace.arrival_s[-1]:.1f} s to {args.out}")
+    return 0
+
+
+def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mix", default="mixed-iii", choices=list(MIXES), help="request-kind mix")
+    parser.add_argument("--rate", type=float, required=True, help="mean arrival rate, requests per second")
+    parser.add_argument("--requests", type=int, default=1000, help="number of requests")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--burst-cv", type=float, help="Gamma arrivals with this coefficient of variation instead of Poisson"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rps-serve", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -133,6 +202,40 @@ def _parser() -> argparse.ArgumentParser:
     tiny.add_argument("--video-frames", type=int, default=24, help="frames per video the model expects")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(handler=_make_tiny_model)
+
+    simulate = commands.add_parser(
+        "simulate", help="simulate the vLLM V1 engine at H100 scale under several policies"
+    )
+    simulate.add_argument(
+        "--profile",
+        default="llava-onevision-qwen2-7b",
+        help=f"reference model ({', '.join(reference_model_names())}) or a JSONL profile file",
+    )
+    simulate.add_argument("--gpus", type=int, default=1, help="GPUs (tensor parallel; modserve splits them)")
+    _add_workload_arguments(simulate)
+    simulate.add_argument(
+        "--policies", default="fcfs,rps", help=f"comma-separated, from {', '.join(POLICY_VARIANTS)}"
+    )
+    simulate.add_argument(
+        "--classes", type=int, default=3, choices=range(MIN_CLASSES, MAX_CLASSES + 1), help="k of k-means"
+    )
+    simulate.add_argument(
+        "--model",
+        default="llava-onevision-qwen2-7b",
+        choices=reference_model_names(),
+        help="model sizes (weights, KV per token) for a --profile file",
+    )
+    simulate.add_argument("--profile-gpus", type=int, default=1, help="GPUs a --profile file was measured on")
+    simulate.add_argument("--json", type=Path, required=True, help="where to write the results")
+    simulate.add_argument("--plot", type=Path, help="also draw TTFT CDFs per modality and policy (PNG)")
+    simulate.set_defaults(handler=_simulate)
+
+    trace = commands.add_parser(
+        "trace", help="write a workload trace (JSONL) for the simulator or load client"
+    )
+    _add_workload_arguments(trace)
+    trace.add_argument("--out", type=Path, required=True)
+    trace.set_defaults(handler=_trace)
     return parser
 
 

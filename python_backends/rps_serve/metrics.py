@@ -1,0 +1,138 @@
+"""Latency metrics from per-request records, engine-neutral: the simulator and the load client share them.
+
+`M = {"ttft", "tpot", "e2e", "norm_latency"}` of `S = {"mean", "p50", "p90", "p95", "p99"}` in seconds;
+groups by modality and by class; goodput and SLO violations at SLO scales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rps_serve.requests import Modality, RequestClass
+
+PERCENTILES = (50, 90, 95, 99)
+SLO_SCALES = (1.0, 2.0, 3.0, 4.0)
+
+Summary = dict[str, float | None]
+Metrics = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RequestRecords:
+    """One row per request: times in seconds on one clock, NaN where a request did not get that far.
+
+    `modality` holds `Modality.index`; `level` the class level out of `num_levels`.
+    """
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    output_tokens: np.ndarray
+    modality: np.ndarray
+    level: np.ndarray
+    num_levels: int = 3
+
+    @property
+    def ttft(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2e(self) -> np.ndarray:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def tpot(self) -> np.ndarray:
+        """Seconds per output token after the first; NaN for single-token answers."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(
+                self.output_tokens > 1,
+                (self.finish_s - self.first_token_s) / (self.output_tokens - 1),
+                np.nan,
+            )
+
+    @property
+    def norm_latency(self) -> np.ndarray:
+        """End-to-end seconds per output token."""
+        return self.e2e / np.maximum(self.output_tokens, 1)
+
+    @property
+    def completed(self) -> np.ndarray:
+        return ~np.isnan(self.finish_s)
+
+    def class_names(self) -> np.ndarray:
+        """`RequestClass` label of every request (middle levels of k > 3 count as pebbles)."""
+        labels = [RequestClass.for_level(level, self.num_levels).label for level in range(self.num_levels)]
+        return np.array(labels)[self.level]
+
+
+def summary(values: np.ndarray) -> Summary:
+    """Mean and percentiles of the finite values; None throughout when there are none."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return {"mean": None, **{f"p{q}": None for q in PERCENTILES}}
+    quantiles = np.percentile(finite, PERCENTILES)
+    return {
+        "mean": float(finite.mean()),
+        **{f"p{q}": float(v) for q, v in zip(PERCENTILES, quantiles, strict=True)},
+    }
+
+
+def latency_metrics(records: RequestRecords, mask: np.ndarray | None = None) -> Metrics:
+    """M for the requests selected by `mask` (all when None), plus their count."""
+    select = np.ones(len(records.arrival_s), dtype=bool) if mask is None else mask
+    return {
+        "ttft": summary(records.ttft[select]),
+        "tpot": summary(records.tpot[select]),
+        "e2e": summary(records.e2e[select]),
+        "norm_latency": summary(records.norm_latency[select]),
+        "count": int(select.sum()),
+    }
+
+
+def grouped_metrics(records: RequestRecords) -> dict[str, Any]:
+    """overall, by_modality and by_class M."""
+    names = records.class_names()
+    return {
+        "overall": latency_metrics(records),
+        "by_modality": {m.value: latency_metrics(records, records.modality == m.index) for m in Modality},
+        "by_class": {c.label: latency_metrics(records, names == c.label) for c in RequestClass},
+    }
+
+
+def slo_metrics(
+    records: RequestRecords,
+    ttft_slo_s: Mapping[Modality, float],
+    duration_s: float,
+    scales: Sequence[float] = SLO_SCALES,
+) -> dict[str, Any]:
+    """Goodput and TTFT-SLO violations with each modality's SLO scaled by every factor in `scales`.
+
+    A request meets its SLO when it completes with TTFT <= scale * SLO of its modality.
+    goodput = requests meeting the SLO per second of `duration_s`; violation_rate = share of
+    requests that miss it; severity = mean TTFT / SLO - 1 over the violators (0.5: half again late).
+    """
+    base = np.array([ttft_slo_s[m] for m in Modality])[records.modality]
+    ttft = records.ttft
+    report: dict[str, Any] = {"ttft_slo_s": {m.value: float(ttft_slo_s[m]) for m in Modality}}
+    for scale in scales:
+        slo = scale * base
+        with np.errstate(invalid="ignore"):
+            late = ~(records.completed & (ttft <= slo))
+        overshoot = ttft[late] / slo[late] - 1
+        overshoot = overshoot[np.isfinite(overshoot)]
+        report[f"{scale:g}x"] = {
+            "goodput_rps": float((~late).sum() / duration_s) if duration_s > 0 else 0.0,
+            "violation_rate": float(late.mean()) if late.size else 0.0,
+            "severity": float(overshoot.mean()) if overshoot.size else 0.0,
+            "by_modality": {
+                m.value: float(late[records.modality == m.index].mean())
+                if np.any(records.modality == m.index)
+                else None
+                for m in Modality
+            },
+        }
+    return report

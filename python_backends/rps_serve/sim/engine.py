@@ -1,0 +1,395 @@
+"""Engine model: vLLM V1's `schedule()` loop in simulated time; `ClassQueues` orders the waiting requests.
+
+Each step, as vLLM V1 does it:
+1. running requests first, in admission order: each gets its pending tokens (the rest of its prefill,
+   or one decode token) up to the remaining token budget (chunked prefill); if the KV cache cannot
+   hold them, running requests are preempted by recompute (FCFS: the last admitted; other policies:
+   the worst score, latest arrival on ties) until it can;
+2. if nothing was preempted, waiting requests in policy order while budget, sequence slots, KV blocks
+   and the encoder budget last; a waiting request that does not fit may evict a running one where the
+   policy's `PreemptionRule` allows it (never under FCFS);
+3. the step takes the timing model's time; a request whose known tokens are all computed samples one
+   token; finished requests free their blocks.
+Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
+tokens again from the waiting queue and keeps the tokens it already produced.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from rps_serve.scheduling.parameters import Policy
+from rps_serve.scheduling.preemption import Contender, PreemptionRule
+from rps_serve.scheduling.prefill_cap import PrefillCap, allocate_in_order
+from rps_serve.scheduling.queues import ClassQueues
+from rps_serve.sim.timing import TimingModel
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """vLLM's scheduler limits (V1 defaults for an H100 API server) and the KV-cache size."""
+
+    kv_capacity_tokens: int
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    block_size: int = 16
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_capacity_tokens // self.block_size
+
+
+@dataclass(frozen=True)
+class EngineWork:
+    """The requests handed to the engine, as parallel arrays.
+
+    `ready_s`: when the scheduler sees the request (after preprocessing and any remote encoding);
+    `arrival_s`: when the client sent it (ages and scores count from here, as vLLM's `arrival_time`);
+    `encoder_s`: vision-encoder seconds charged to the step that starts its prefill (0 if encoded elsewhere);
+    `modality_tokens`: what that encoding draws from the step's encoder budget.
+    """
+
+    ready_s: np.ndarray
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    modality_tokens: np.ndarray
+    encoder_s: np.ndarray
+    level: np.ndarray
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step did; handed to an observer (tests, traces)."""
+
+    start_s: float
+    duration_s: float
+    scheduled_tokens: int
+    prefill_tokens: int
+    decodes: int
+    running: int
+    used_blocks: int
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray
+    busy_s: float
+    steps: int
+
+
+def _blocks(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
+    return -(-tokens // block_size)
+
+
+class Engine:
+    """One vLLM V1 engine (one replica, possibly tensor-parallel) simulated step by step."""
+
+    def __init__(
+        self,
+        work: EngineWork,
+        config: EngineConfig,
+        timing: TimingModel,
+        queues: ClassQueues[int],
+        rule: PreemptionRule | None,
+        cap: PrefillCap | None = None,
+        observer: Callable[[StepRecord], None] | None = None,
+    ) -> None:
+        self.work, self.config, self.timing = work, config, timing
+        self.queues, self.rule, self.cap, self.observer = queues, rule, cap, observer
+        n = len(work.ready_s)
+        longest = int(np.max(work.prompt_tokens + work.output_tokens, initial=0))
+        if longest > config.num_blocks * config.block_size:
+            raise ValueError(
+                f"a request needs {longest} KV tokens; the cache holds {config.kv_capacity_tokens}"
+            )
+        if int(np.max(work.modality_tokens, initial=0)) > config.max_num_batched_tokens:
+            raise ValueError("a request's modality tokens exceed the encoder budget (max_num_batched_tokens)")
+        self.now = 0.0
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.blocks = np.zeros(n, dtype=np.int64)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.free_blocks = config.num_blocks
+        self.running = np.empty(0, dtype=np.int64)
+        self.finished = 0
+        self.preemption_count = 0
+        self._preempted_last = False
+        self._fcfs_victims = queues.regulator.policy is Policy.FCFS
+        self._heavy_left: int | None = None
+        # Plain lists: scalar reads in the Python parts of a step are much cheaper than numpy indexing.
+        self._prompt = work.prompt_tokens.tolist()
+        self._level = work.level.tolist()
+        self._arrival = work.arrival_s.tolist()
+        self._encoder = work.encoder_s.tolist()
+        self._visual = np.where(work.encoder_s > 0, work.modality_tokens, 0).tolist()
+
+    # --- preemption ---------------------------------------------------------------------------
+
+    def _preempt(self, request: int) -> None:
+        self.free_blocks += int(self.blocks[request])
+        self.blocks[request] = 0
+        self.computed[request] = 0
+        self.preemptions[request] += 1
+        self.preemption_count += 1
+        self.queues.add(request, self._level[request], self._arrival[request])
+
+    def _running_scores(self, ids: np.ndarray) -> np.ndarray:
+        """Scores of running requests as if they were waiting since arrival."""
+        regulator = self.queues.regulator
+        return regulator.scores(self.work.level[ids], self.work.arrival_s[ids], self.queues.now)
+
+    def _running_victim(self, candidates: list[int]) -> int:
+        """vLLM's victim when a running request cannot grow: the last admitted (FCFS) or the worst score."""
+        if self._fcfs_victims:
+            return candidates[-1]
+        ids = np.array(candidates)
+        scores = self._running_scores(ids)
+        return candidates[int(np.lexsort((self.work.arrival_s[ids], scores))[-1])]
+
+    # --- step phases ----------------------------------------------------------------------------
+
+    def _pending(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens each request still has to compute before sampling, and whether that is prefill work."""
+        pending = self.work.prompt_tokens[ids] + self.generated[ids] - self.computed[ids]
+        return pending, (pending > 1) | (self.generated[ids] == 0)
+
+    def _schedule_running(self) -> tuple[np.ndarray, bool]:
+        """Tokens for every running request (aligned with `self.running`), and whether any was preempted."""
+        ids = self.running
+        pending, prefill = self._pending(ids)
+        capped = prefill & (self.work.level[ids] > 0)
+        alloc = allocate_in_order(pending, self.config.max_num_batched_tokens, capped, self._heavy_left)
+        grow = np.asarray(_blocks(self.computed[ids] + alloc, self.config.block_size)) - self.blocks[ids]
+        grow[alloc == 0] = 0
+        needed = int(grow.sum())
+        if needed <= self.free_blocks:
+            self.blocks[ids] += grow
+            self.free_blocks -= needed
+            self._draw_heavy(int(alloc[capped].sum()))
+            return alloc, False
+        return self._schedule_running_with_preemption(), True
+
+    def _draw_heavy(self, tokens: int) -> None:
+        if self._heavy_left is not None:
+            self._heavy_left -= tokens
+
+    def _grant(self, request: int, pending: int, budget: int, prefill: bool) -> tuple[int, bool]:
+        """Tokens for one request under the token budget and, for heavier prefill, the cap."""
+        capped = prefill and self._heavy_left is not None and self._level[request] > 0
+        if capped:
+            assert self._heavy_left is not None
+            return min(pending, budget, self._heavy_left), True
+        return min(pending, budget), False
+
+    def _schedule_running_with_preemption(self) -> np.ndarray:
+        """The sequential path of step 1 when the KV cache is short: allocate in order, preempt as needed."""
+        budget = self.config.max_num_batched_tokens
+        order = self.running.tolist()
+        alive = order.copy()
+        granted: dict[int, tuple[int, bool]] = {}
+        for request in order:
+            if request not in alive:
+                continue
+            pending = self._prompt[request] + int(self.generated[request]) - int(self.computed[request])
+            tokens, capped = self._grant(
+                request, pending, budget, pending > 1 or self.generated[request] == 0
+            )
+            if tokens == 0:
+                continue
+            need = int(_blocks(int(self.computed[request]) + tokens, self.config.block_size))
+            need -= int(self.blocks[request])
+            while need > self.free_blocks:
+                victim = self._running_victim(alive)
+                alive.remove(victim)
+                returned, was_capped = granted.pop(victim, (0, False))
+                budget += returned
+                self._draw_heavy(-returned if was_capped else 0)
+                self._preempt(victim)
+                if victim == request:
+                    break
+            else:
+                granted[request] = (tokens, capped)
+                budget -= tokens
+                self._draw_heavy(tokens if capped else 0)
+                self.free_blocks -= need
+                self.blocks[request] += need
+        self.running = np.array(alive, dtype=np.int64)
+        return np.array([granted.get(request, (0, False))[0] for request in alive], dtype=np.int64)
+
+    def _evict_for(self, request: int, removed: np.ndarray) -> int | None:
+        """Index (in `self.running`) of the running request the rule lets `request` evict, if any."""
+        assert self.rule is not None
+        candidates = np.flatnonzero(~removed)
+        if candidates.size == 0:
+            return None
+        ids = self.running[candidates]
+        scores = self._running_scores(ids).tolist()
+        waiting = Contender(
+            self._level[request],
+            self.queues.score(self._level[request], self._arrival[request]),
+            self._arrival[request],
+            int(self.preemptions[request]),
+        )
+        contenders = [
+            (int(index), Contender(self._level[r], score, self._arrival[r], int(self.preemptions[r])))
+            for index, r, score in zip(candidates.tolist(), ids.tolist(), scores, strict=True)
+        ]
+        return self.rule.choose_victim(waiting, contenders)
+
+    def _schedule_waiting(self, budget: int, alloc: np.ndarray) -> tuple[list[int], list[int], np.ndarray]:
+        """Admit waiting requests in policy order. Returns admitted ids, their tokens, and the mask of
+        running requests evicted for them (aligned with `self.running`)."""
+        config = self.config
+        admitted: list[int] = []
+        tokens: list[int] = []
+        removed = np.zeros(len(self.running), dtype=bool)
+        evicted: set[int] = set()
+        encoder_budget = config.max_num_batched_tokens
+        seqs = len(self.running)
+        while budget > 0 and self.queues:
+            request = self.queues.peek()
+            if self._heavy_left == 0 and self._level[request] > 0:
+                sand = self.queues.head(0)  # heavier prefill is capped out: only sand can still go
+                if sand is None:
+                    break
+                request = sand
+            if request in evicted:
+                break  # evicted in this step: not rescheduled in the same step, as in vLLM
+            chunk, capped = self._grant(
+                request, self._prompt[request] + int(self.generated[request]), budget, True
+            )
+            if self._visual[request] > encoder_budget:
+                break
+            if seqs >= config.max_num_seqs:
+                break  # a free sequence slot comes with the next finished request: no eviction for it
+            need = int(_blocks(chunk, config.block_size))
+            if need > self.free_blocks:
+                index = None if self.rule is None else self._evict_for(request, removed)
+                if index is None:
+                    break
+                victim = int(self.running[index])
+                removed[index] = True
+                # Hand back what the victim was granted in step 1 (its prefill tokens count against the cap).
+                budget += int(alloc[index])
+                was_prefill = bool(self._pending(self.running[index : index + 1])[1][0])
+                self._draw_heavy(-int(alloc[index]) if was_prefill else 0)
+                alloc[index] = 0
+                evicted.add(victim)
+                self._preempt(victim)
+                seqs -= 1
+                continue
+            self.queues.remove(request)
+            admitted.append(request)
+            tokens.append(chunk)
+            budget -= chunk
+            self._draw_heavy(chunk if capped else 0)
+            encoder_budget -= self._visual[request]
+            self.free_blocks -= need
+            self.blocks[request] = need
+            seqs += 1
+        return admitted, tokens, removed
+
+    def _sand_pending(self, sand_waiting: int) -> bool:
+        """Whether a sand request is waiting, or running but before its first token."""
+        if sand_waiting:
+            return True
+        ids = self.running
+        return bool(np.any((self.work.level[ids] == 0) & np.isnan(self.first_token[ids])))
+
+    def step(self) -> float:
+        """Schedule and run one step; returns its duration (0 when nothing could run)."""
+        stats = self.queues.begin_iteration()
+        self._heavy_left = (
+            None if self.cap is None else self.cap.heavy_budget(self._sand_pending(stats[0].length))
+        )
+        preemptions_before = self.preemption_count
+        alloc, preempted = self._schedule_running()
+        self._preempted_last = preempted
+        admitted: list[int] = []
+        tokens: list[int] = []
+        if not preempted:
+            budget = self.config.max_num_batched_tokens - int(alloc.sum())
+            admitted, tokens, removed = self._schedule_waiting(budget, alloc)
+            if removed.any():
+                self.running, alloc = self.running[~removed], alloc[~removed]
+        ids = np.concatenate([self.running, np.array(admitted, dtype=np.int64)])
+        alloc = np.concatenate([alloc, np.array(tokens, dtype=np.int64)])
+        scheduled = alloc > 0
+        if not scheduled.any():
+            return 0.0
+
+        computed = self.computed[ids]
+        decoding = (
+            scheduled
+            & (self.generated[ids] > 0)
+            & (alloc == 1)
+            & (computed == self.work.prompt_tokens[ids] + self.generated[ids] - 1)
+        )
+        prefill_tokens = int(alloc[scheduled & ~decoding].sum())
+        decodes = int(decoding.sum())
+        encoder_s = sum(self._encoder[r] for r in admitted)
+        duration = self.timing.step_s(prefill_tokens, decodes, int(computed[decoding].sum()), encoder_s)
+        start = self.now
+        self.now += duration
+
+        computed += alloc
+        self.computed[ids] = computed
+        sampled = ids[computed == self.work.prompt_tokens[ids] + self.generated[ids]]
+        self.generated[sampled] += 1
+        first = sampled[np.isnan(self.first_token[sampled])]
+        self.first_token[first] = self.now
+        done = sampled[self.generated[sampled] == self.work.output_tokens[sampled]]
+        self.finish[done] = self.now
+        self.free_blocks += int(self.blocks[done].sum())
+        self.blocks[done] = 0
+        self.finished += done.size
+        self.running = ids[~np.isin(ids, done)] if done.size else ids
+        if self.observer is not None:
+            self.observer(
+                StepRecord(
+                    start_s=start,
+                    duration_s=duration,
+                    scheduled_tokens=int(alloc.sum()),
+                    prefill_tokens=prefill_tokens,
+                    decodes=decodes,
+                    running=len(self.running),
+                    used_blocks=self.config.num_blocks - self.free_blocks,
+                    preemptions=self.preemption_count - preemptions_before,
+                )
+            )
+        return duration
+
+    def run(self) -> EngineResult:
+        """Simulate until every request has finished."""
+        n = len(self.work.ready_s)
+        order = np.argsort(self.work.ready_s, kind="stable").tolist()
+        ready = self.work.ready_s.tolist()
+        next_index = 0
+        busy = 0.0
+        steps = 0
+        while self.finished < n:
+            if not self.running.size and not self.queues:
+                self.now = max(self.now, ready[order[next_index]])
+            while next_index < n and ready[order[next_index]] <= self.now:
+                request = order[next_index]
+                self.queues.add(request, self._level[request], self._arrival[request])
+                next_index += 1
+            duration = self.step()
+            if duration == 0.0 and not self.running.size and not self._preempted_last:
+                raise RuntimeError("engine stalled: a waiting request can never be admitted")
+            busy += duration
+            steps += duration > 0.0
+        logger.info("engine: %d steps, %.1f s busy, %d preemptions", steps, busy, self.preemptions.sum())
+        return EngineResult(self.first_token, self.finish, self.preemptions, busy, steps)

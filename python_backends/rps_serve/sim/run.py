@@ -1,0 +1,157 @@
+"""One `rps-serve simulate` run: profile, cost model, trace, then every policy and its metrics as JSON."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rps_serve.cost import features as cols
+from rps_serve.cost.classifier import naive_level
+from rps_serve.cost.training import CostModel, TrainingOptions, fit_cost_model
+from rps_serve.metrics import grouped_metrics, slo_metrics
+from rps_serve.profiles.records import ProfileRecord, read_records
+from rps_serve.profiles.reference import reference_model, reference_model_names
+from rps_serve.profiles.synthetic import reference_profile
+from rps_serve.requests import Modality
+from rps_serve.sim.hardware import model_spec
+from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
+from rps_serve.sim.timing import fit_lines
+from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.trace import Trace, generate_trace
+
+logger = logging.getLogger(__name__)
+
+SLO_PERCENTILE = 99
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """What one `simulate` run needs besides the policies.
+
+    `profile` is a reference model name or a JSONL profile file; a file is taken as measured on
+    `profile_gpus` GPUs with the sizes of `model` (KV bytes per token, weights).
+    """
+
+    profile: str
+    gpus: int
+    mix: str
+    rate: float
+    requests: int
+    seed: int = 0
+    classes: int = 3
+    burst_cv: float | None = None
+    model: str = "llava-onevision-qwen2-7b"
+    profile_gpus: int = 1
+
+
+@dataclass(frozen=True)
+class SimulationSetup:
+    """Everything policies share within one run: deployment, trace and class levels."""
+
+    deployment: Deployment
+    trace: Trace
+    levels: np.ndarray
+    naive_levels: np.ndarray
+    num_levels: int
+
+
+def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
+    if config.profile in reference_model_names():
+        spec = model_spec(config.profile)
+        deployment = Deployment(spec, config.gpus, reference_model(config.profile).lines, spec.profile_gpus)
+        return deployment, reference_profile(config.profile, seed=config.seed)
+    path = Path(config.profile)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is neither a profile file nor a reference model ({', '.join(reference_model_names())})"
+        )
+    records = list(read_records(path))
+    deployment = Deployment(model_spec(config.model), config.gpus, fit_lines(records), config.profile_gpus)
+    return deployment, records
+
+
+def class_levels(trace: Trace, model: CostModel) -> np.ndarray:
+    """Class level of every request of `trace`, classified in one batch."""
+    features = np.empty((len(trace), cols.NUM_FEATURES), dtype=np.float32)
+    features[:, cols.MODALITY] = trace.modality
+    features[:, cols.PROMPT_TOKENS] = trace.prompt_tokens
+    features[:, cols.MODALITY_TOKENS] = trace.modality_tokens
+    return model.classifier.predict(model.estimator.predict_cost(features))
+
+
+def prepare(config: SimulationConfig) -> SimulationSetup:
+    deployment, records = _profile(config)
+    model = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
+    trace = generate_trace(
+        mix_by_name(config.mix), config.rate, config.requests, config.seed, config.burst_cv
+    )
+    naive = np.array([naive_level(m) for m in Modality])[trace.modality]
+    return SimulationSetup(deployment, trace, class_levels(trace, model), naive, config.classes)
+
+
+def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
+    """Per modality, the P99 TTFT of the trace's requests each run alone: the SLO at scale 1."""
+    isolated = setup.deployment.isolated_ttft_s(setup.trace)
+    slo = {}
+    for modality in Modality:
+        mine = isolated[setup.trace.modality == modality.index]
+        slo[modality] = float(np.percentile(mine, SLO_PERCENTILE)) if mine.size else float("nan")
+    return slo
+
+
+def run_policy(setup: SimulationSetup, name: str) -> SimOutcome:
+    variant = policy_variant(name)
+    if variant.naive_classes:
+        return simulate(setup.trace, setup.naive_levels, len(Modality), variant, setup.deployment)
+    return simulate(setup.trace, setup.levels, setup.num_levels, variant, setup.deployment)
+
+
+def policy_result(outcome: SimOutcome, slo_s: dict[Modality, float]) -> dict[str, Any]:
+    return {
+        **grouped_metrics(outcome.records),
+        "utilization": outcome.utilization,
+        "idle_capacity": 1.0 - outcome.utilization,
+        "completed": int(outcome.records.completed.sum()),
+        "preemptions": outcome.preemptions,
+        "steps": outcome.steps,
+        "makespan_s": outcome.makespan_s,
+        "slo": slo_metrics(outcome.records, slo_s, outcome.makespan_s),
+    }
+
+
+def run_simulation(
+    config: SimulationConfig, policies: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, SimOutcome]]:
+    """The JSON report of `rps-serve simulate` and the raw outcome of every policy."""
+    for name in policies:
+        policy_variant(name)  # fail on a bad name before any work
+    setup = prepare(config)
+    slo = isolated_slo_s(setup)
+    outcomes: dict[str, SimOutcome] = {}
+    results: dict[str, Any] = {}
+    for name in policies:
+        started = time.perf_counter()
+        outcomes[name] = run_policy(setup, name)
+        logger.info("%s: simulated in %.2f s", name, time.perf_counter() - started)
+        results[name] = policy_result(outcomes[name], slo)
+    report = {
+        "config": {
+            **asdict(config),
+            "policies": list(policies),
+            "kv_capacity_tokens": setup.deployment.engine_config(setup.deployment.gpus).kv_capacity_tokens,
+            "max_num_batched_tokens": setup.deployment.max_num_batched_tokens,
+            "max_num_seqs": setup.deployment.max_num_seqs,
+            "block_size": setup.deployment.block_size,
+            "preprocess_workers": setup.deployment.preprocess.workers,
+            "isolated_p99_ttft_s": {m.value: v for m, v in slo.items()},
+            "class_counts": np.bincount(setup.levels, minlength=setup.num_levels).tolist(),
+        },
+        "results": results,
+    }
+    return report, outcomes

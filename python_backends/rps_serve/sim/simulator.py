@@ -1,0 +1,180 @@
+"""Event loop of one simulated deployment: front end, optional encoder GPUs (ModServe), and the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rps_serve.metrics import RequestRecords
+from rps_serve.profiles.reference import PrefillLine
+from rps_serve.requests import Modality
+from rps_serve.scheduling.parameters import Policy, class_ladder
+from rps_serve.scheduling.preemption import PreemptionRule
+from rps_serve.scheduling.prefill_cap import PrefillCap
+from rps_serve.scheduling.queues import ClassQueues
+from rps_serve.scheduling.regulator import PriorityRegulator
+from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
+from rps_serve.sim.frontend import PreprocessCosts, fifo_pool
+from rps_serve.sim.hardware import GpuSpec, ModelSpec, kv_capacity_tokens
+from rps_serve.sim.timing import TimingModel, timing_from_lines
+from rps_serve.workload.trace import Trace
+
+
+@dataclass(frozen=True)
+class PolicyVariant:
+    """A named way to run the deployment: the queue policy, where classes come from, and the layout.
+
+    `naive_classes`: text/image/video as sand/pebbles/rocks instead of the cost model's classes.
+    `modserve`: half the GPUs (rounded down) run the vision encoder, one request per GPU, first come
+    first served; the other half run the LLM engine with tensor parallelism.
+    `prefill_cap`: apply the policy's `PrefillCap` (class-aware policies only; off in the paper's policies).
+    """
+
+    name: str
+    policy: Policy
+    naive_classes: bool = False
+    modserve: bool = False
+    prefill_cap: bool = False
+
+
+POLICY_VARIANTS: dict[str, PolicyVariant] = {
+    variant.name: variant
+    for variant in (
+        *(PolicyVariant(policy.value, policy) for policy in Policy),
+        PolicyVariant("rps-naive", Policy.RPS, naive_classes=True),
+        PolicyVariant("rps-cap", Policy.RPS, prefill_cap=True),
+        PolicyVariant("modserve", Policy.FCFS, modserve=True),
+        PolicyVariant("modserve-rps", Policy.RPS, modserve=True),
+    )
+}
+
+
+def policy_variant(name: str) -> PolicyVariant:
+    if name not in POLICY_VARIANTS:
+        raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_VARIANTS)}")
+    return POLICY_VARIANTS[name]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model on `gpus` H100s behind vLLM, with its isolated prefill lines measured on `profile_gpus`."""
+
+    spec: ModelSpec
+    gpus: int
+    lines: Mapping[Modality, PrefillLine]
+    profile_gpus: int
+    preprocess: PreprocessCosts = field(default_factory=PreprocessCosts)
+    gpu: GpuSpec = field(default_factory=GpuSpec)
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    block_size: int = 16
+
+    def timing(self, gpus: int) -> TimingModel:
+        return timing_from_lines(self.lines, self.spec, gpus, self.profile_gpus, self.gpu)
+
+    def engine_config(self, gpus: int) -> EngineConfig:
+        return EngineConfig(
+            kv_capacity_tokens=kv_capacity_tokens(self.spec, gpus, self.gpu),
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            block_size=self.block_size,
+        )
+
+    def layout(self, modserve: bool) -> tuple[int, int]:
+        """(encoder GPUs, LLM GPUs)."""
+        if not modserve:
+            return 0, self.gpus
+        if self.gpus < 2:
+            raise ValueError("modserve needs at least 2 GPUs: half encode, half run the LLM")
+        return self.gpus // 2, self.gpus - self.gpus // 2
+
+    def isolated_ttft_s(self, trace: Trace) -> np.ndarray:
+        """TTFT of every request of `trace` run alone on the whole deployment (front end + engine)."""
+        preprocess = self.preprocess.seconds(trace.modality, trace.prompt_tokens, trace.modality_tokens)
+        engine = self.timing(self.gpus).isolated_ttft_s(
+            trace.modality, trace.prompt_tokens, trace.modality_tokens, self.max_num_batched_tokens
+        )
+        return preprocess + engine
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    records: RequestRecords
+    utilization: float
+    preemptions: int
+    steps: int
+    makespan_s: float
+
+
+def simulate(
+    trace: Trace,
+    levels: np.ndarray,
+    num_levels: int,
+    variant: PolicyVariant,
+    deployment: Deployment,
+    observer: Callable[[StepRecord], None] | None = None,
+) -> SimOutcome:
+    """Run `trace` through the deployment under `variant`, with class level `levels[i]` for request i."""
+    encoder_gpus, llm_gpus = deployment.layout(variant.modserve)
+    timing = deployment.timing(llm_gpus)
+    prep = deployment.preprocess
+    preprocessed, _ = fifo_pool(
+        trace.arrival_s,
+        prep.seconds(trace.modality, trace.prompt_tokens, trace.modality_tokens),
+        prep.workers,
+    )
+    encoder_busy = 0.0
+    if variant.modserve:
+        remote = deployment.timing(1).encoder_s(trace.modality, trace.modality_tokens)
+        ready, encoder_busy = fifo_pool(preprocessed, remote, encoder_gpus)
+        local = np.zeros(len(trace))
+    else:
+        ready, local = preprocessed, timing.encoder_s(trace.modality, trace.modality_tokens)
+
+    clock = _EngineClock()
+    queues: ClassQueues[int] = ClassQueues(
+        PriorityRegulator(variant.policy, class_ladder(num_levels)), clock=clock
+    )
+    engine = Engine(
+        EngineWork(
+            ready_s=ready,
+            arrival_s=trace.arrival_s,
+            prompt_tokens=trace.prompt_tokens,
+            output_tokens=trace.output_tokens,
+            modality_tokens=trace.modality_tokens,
+            encoder_s=local,
+            level=levels,
+        ),
+        deployment.engine_config(llm_gpus),
+        timing,
+        queues,
+        PreemptionRule.for_policy(variant.policy),
+        PrefillCap.for_policy(variant.policy) if variant.prefill_cap else None,
+        observer,
+    )
+    clock.engine = engine
+    result = engine.run()
+    records = RequestRecords(
+        arrival_s=trace.arrival_s,
+        first_token_s=result.first_token_s,
+        finish_s=result.finish_s,
+        output_tokens=trace.output_tokens,
+        modality=trace.modality,
+        level=levels,
+        num_levels=num_levels,
+    )
+    makespan = float(np.nanmax(result.finish_s) - trace.arrival_s[0]) if len(trace) else 0.0
+    gpu_seconds = result.busy_s * llm_gpus + encoder_busy
+    utilization = gpu_seconds / (deployment.gpus * makespan) if makespan > 0 else 0.0
+    return SimOutcome(records, utilization, int(result.preemptions.sum()), result.steps, makespan)
+
+
+class _EngineClock:
+    """The engine's simulated time, read by the Queue Manager at every iteration."""
+
+    engine: Engine | None = None
+
+    def __call__(self) -> float:
+        return 0.0 if self.engine is None else self.engine.now

@@ -1,0 +1,54 @@
+"""Workload mixes: the share of each request kind (short text, long text, image, video) in a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rps_serve.workload.shapes import RequestKind
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Fractions of short text, long text, image and video requests (in `RequestKind` order)."""
+
+    name: str
+    short_text: float
+    long_text: float
+    image: float
+    video: float
+
+    def __post_init__(self) -> None:
+        shares = self.fractions
+        if min(shares) < 0 or abs(sum(shares) - 1.0) > 1e-9:
+            raise ValueError(f"mix {self.name!r}: fractions must be non-negative and sum to 1, got {shares}")
+
+    @property
+    def fractions(self) -> tuple[float, float, float, float]:
+        """The shares in `RequestKind` order."""
+        return (self.short_text, self.long_text, self.image, self.video)
+
+    def share(self, kind: RequestKind) -> float:
+        return self.fractions[list(RequestKind).index(kind)]
+
+
+# SPEC.md, Evaluation: (text, long text, image, video). The single-kind mixes serve isolated runs.
+MIXES: dict[str, Mix] = {
+    mix.name: mix
+    for mix in (
+        Mix("mixed-i", 0.60, 0.25, 0.10, 0.05),
+        Mix("mixed-ii", 0.50, 0.25, 0.15, 0.10),
+        Mix("mixed-iii", 0.40, 0.30, 0.20, 0.10),
+        Mix("mixed-iv", 0.35, 0.25, 0.25, 0.15),
+        Mix("mixed-v", 0.30, 0.20, 0.30, 0.20),
+        Mix("text", 1.0, 0.0, 0.0, 0.0),
+        Mix("long-text", 0.0, 1.0, 0.0, 0.0),
+        Mix("image", 0.0, 0.0, 1.0, 0.0),
+        Mix("video", 0.0, 0.0, 0.0, 1.0),
+    )
+}
+
+
+def mix_by_name(name: str) -> Mix:
+    if name not in MIXES:
+        raise ValueError(f"unknown mix {name!r}; expected one of {', '.join(MIXES)}")
+    return MIXES[name]

@@ -1,0 +1,191 @@
+"""The engine model: conservation, limits, isolation timing, ordering and preemption."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rps_serve.profiles.reference import PrefillLine
+from rps_serve.scheduling.parameters import Policy, class_ladder
+from rps_serve.scheduling.preemption import PreemptionRule
+from rps_serve.scheduling.prefill_cap import PrefillCap
+from rps_serve.scheduling.queues import ClassQueues
+from rps_serve.scheduling.regulator import PriorityRegulator
+from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
+from rps_serve.sim.timing import TimingModel
+from rps_serve.workload.mixes import MIXES
+from rps_serve.workload.trace import generate_trace
+
+TIMING = TimingModel(
+    prefill_step_s=0.01,
+    token_s=1e-5,
+    decode_step_s=0.005,
+    kv_token_s=1e-7,
+    encoder=(PrefillLine(0.0, 0.0), PrefillLine(0.002, 1e-6), PrefillLine(0.005, 2e-6)),
+)
+
+
+def _work(
+    ready: list[float],
+    prompt: list[int],
+    output: list[int],
+    level: list[int],
+    visual: list[int] | None = None,
+) -> EngineWork:
+    n = len(ready)
+    modality_tokens = np.array(visual or [0] * n, dtype=np.int64)
+    return EngineWork(
+        ready_s=np.array(ready),
+        arrival_s=np.array(ready),
+        prompt_tokens=np.array(prompt, dtype=np.int64),
+        output_tokens=np.array(output, dtype=np.int64),
+        modality_tokens=modality_tokens,
+        encoder_s=np.zeros(n),
+        level=np.array(level, dtype=np.int64),
+    )
+
+
+def _engine(
+    work: EngineWork,
+    policy: Policy,
+    config: EngineConfig,
+    cap: bool = False,
+    steps: list[StepRecord] | None = None,
+) -> Engine:
+    holder: list[Engine] = []
+    queues: ClassQueues[int] = ClassQueues(
+        PriorityRegulator(policy, class_ladder(3)), clock=lambda: holder[0].now if holder else 0.0
+    )
+    engine = Engine(
+        work,
+        config,
+        TIMING,
+        queues,
+        PreemptionRule.for_policy(policy),
+        PrefillCap.for_policy(policy) if cap else None,
+        observer=None if steps is None else steps.append,
+    )
+    holder.append(engine)
+    return engine
+
+
+def test_a_lone_request_takes_the_timing_models_time() -> None:
+    engine = _engine(_work([0.5], [1000], [5], [0]), Policy.FCFS, EngineConfig(kv_capacity_tokens=100_000))
+    result = engine.run()
+    first = 0.5 + 0.01 + 1000 * 1e-5  # one prefill step
+    # Four decode steps, each reading the KV computed so far (1000, 1001, 1002, 1003 tokens).
+    finish = first + sum(0.005 + 1e-5 + 1e-7 * context for context in range(1000, 1004))
+    assert result.first_token_s[0] == pytest.approx(first)
+    assert result.finish_s[0] == pytest.approx(finish)
+    assert result.steps == 5
+
+
+def test_a_long_prompt_is_prefilled_in_budget_sized_chunks() -> None:
+    config = EngineConfig(kv_capacity_tokens=100_000, max_num_batched_tokens=8192)
+    result = _engine(_work([0.0], [20_000], [1], [0]), Policy.FCFS, config).run()
+    # Three prefill steps (8192, 8192, 3616 tokens): three fixed costs and every token once.
+    assert result.first_token_s[0] == pytest.approx(3 * 0.01 + 20_000 * 1e-5)
+    assert result.steps == 3
+
+
+def _full_steps(policy: Policy) -> np.ndarray:
+    # Prompts fill a whole step each, so one request is admitted per step in queue order.
+    work = _work([0.0, 0.001, 0.002, 0.003, 0.004], [8192] * 5, [1] * 5, [2, 2, 1, 0, 0])
+    return _engine(work, policy, EngineConfig(kv_capacity_tokens=100_000)).run().first_token_s
+
+
+def test_fcfs_serves_in_arrival_order() -> None:
+    assert np.argsort(_full_steps(Policy.FCFS)).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_rps_serves_sand_then_pebbles_then_rocks() -> None:
+    # Request 0 found the engine idle; the rest queued behind it.
+    assert np.argsort(_full_steps(Policy.RPS)).tolist() == [0, 3, 4, 2, 1]
+
+
+def _rock_and_sand(policy: Policy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # A rock holds most of a 1,024-token cache when a sand request arrives that does not fit beside it.
+    work = _work([0.0, 0.05], [800, 300], [50, 2], [2, 0])
+    result = _engine(work, policy, EngineConfig(kv_capacity_tokens=1024)).run()
+    return result.first_token_s, result.finish_s, result.preemptions
+
+
+def test_sand_evicts_a_rock_under_rps_but_waits_under_fcfs() -> None:
+    first, finish, preemptions = _rock_and_sand(Policy.RPS)
+    assert preemptions.tolist() == [1, 0]
+    assert first[1] < finish[0]
+    first, finish, preemptions = _rock_and_sand(Policy.FCFS)
+    assert preemptions.tolist() == [0, 0]
+    assert first[1] > finish[0]
+
+
+@pytest.mark.parametrize(
+    ("policy", "cap"), [(Policy.FCFS, False), (Policy.RPS, False), (Policy.RPS, True), (Policy.EDF, False)]
+)
+def test_conservation_and_limits_under_a_tight_cache(policy: Policy, cap: bool) -> None:
+    trace = generate_trace(MIXES["mixed-iii"], rate=30.0, n=300, seed=5)
+    work = EngineWork(
+        ready_s=trace.arrival_s,
+        arrival_s=trace.arrival_s,
+        prompt_tokens=trace.prompt_tokens,
+        output_tokens=trace.output_tokens,
+        modality_tokens=trace.modality_tokens,
+        encoder_s=np.where(trace.modality_tokens > 0, 0.01, 0.0),
+        level=trace.modality,  # the naive classes
+    )
+    config = EngineConfig(kv_capacity_tokens=40_000, max_num_seqs=64)
+    steps: list[StepRecord] = []
+    engine = _engine(work, policy, config, cap=cap, steps=steps)
+    result = engine.run()
+
+    assert np.all(np.isfinite(result.finish_s))
+    assert np.array_equal(engine.generated, trace.output_tokens)  # every requested token, no more
+    assert np.all(result.first_token_s >= trace.arrival_s)
+    assert np.all(result.finish_s >= result.first_token_s)
+    assert result.preemptions.sum() > 0  # the cache is tight enough to force recomputation
+    assert engine.free_blocks == config.num_blocks  # every block came back
+    assert max(s.scheduled_tokens for s in steps) <= config.max_num_batched_tokens
+    assert max(s.used_blocks for s in steps) <= config.num_blocks
+    assert max(s.running for s in steps) <= config.max_num_seqs
+    assert sum(s.preemptions for s in steps) == result.preemptions.sum()
+    assert result.busy_s == pytest.approx(sum(s.duration_s for s in steps))
+
+
+def test_prefill_cap_bounds_heavier_prefill_while_sand_waits() -> None:
+    # Rocks with long prompts and a stream of sand: with the cap, no step carries more than
+    # cap + sand tokens; without it, a rock takes the whole budget.
+    ready = [0.0, 0.0] + [0.001 * i for i in range(1, 40)]
+    prompt = [8000, 8000] + [100] * 39
+    level = [2, 2] + [0] * 39
+    work = _work(ready, prompt, [1] * len(ready), level)
+    config = EngineConfig(kv_capacity_tokens=200_000)
+    capped: list[StepRecord] = []
+    _engine(work, Policy.RPS, config, cap=True, steps=capped).run()
+    plain: list[StepRecord] = []
+    _engine(work, Policy.RPS, config, cap=False, steps=plain).run()
+    assert max(s.prefill_tokens for s in plain) > 8000
+    cap = PrefillCap().heavy_tokens
+    assert all(s.prefill_tokens <= cap + 39 * 100 for s in capped[1:])
+
+
+def test_same_input_same_result() -> None:
+    trace = generate_trace(MIXES["mixed-i"], rate=20.0, n=200, seed=9)
+    runs = []
+    for _ in range(2):
+        work = EngineWork(
+            trace.arrival_s,
+            trace.arrival_s,
+            trace.prompt_tokens,
+            trace.output_tokens,
+            trace.modality_tokens,
+            np.zeros(len(trace)),
+            trace.modality,
+        )
+        runs.append(_engine(work, Policy.RPS, EngineConfig(kv_capacity_tokens=50_000)).run())
+    assert np.array_equal(runs[0].first_token_s, runs[1].first_token_s)
+    assert np.array_equal(runs[0].finish_s, runs[1].finish_s)
+
+
+def test_a_request_larger_than_the_cache_is_refused() -> None:
+    with pytest.raises(ValueError, match="KV tokens"):
+        _engine(_work([0.0], [5000], [10], [0]), Policy.FCFS, EngineConfig(kv_capacity_tokens=1000))

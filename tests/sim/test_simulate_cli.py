@@ -1,0 +1,90 @@
+"""`rps-serve simulate` and `rps-serve trace`: the JSON contract, and the deployment layouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rps_serve.cli import main
+from rps_serve.sim.run import SimulationConfig, prepare, run_policy
+from rps_serve.workload.trace import read_trace
+
+STATS = {"mean", "p50", "p90", "p95", "p99"}
+METRICS = {"ttft", "tpot", "e2e", "norm_latency"}
+
+
+def _check_m(m: dict[str, dict[str, float | None]]) -> None:
+    assert set(m) >= METRICS
+    for name in METRICS:
+        assert set(m[name]) == STATS
+
+
+def test_simulate_writes_the_documented_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sim.json"
+    plot = tmp_path / "ttft.png"
+    argv = [
+        "simulate", "--profile", "llava-onevision-qwen2-7b", "--gpus", "1", "--mix", "mixed-iii",
+        "--rate", "4", "--requests", "150", "--seed", "1", "--policies", "fcfs,rps,modserve-rps",
+        "--json", str(out), "--plot", str(plot),
+    ]  # fmt: skip
+    assert main([*argv[:4], "2", *argv[5:]]) == 0  # modserve needs 2 GPUs
+    report = json.loads(out.read_text())
+    assert report["config"]["rate"] == 4 and report["config"]["requests"] == 150
+    assert set(report["results"]) == {"fcfs", "rps", "modserve-rps"}
+    for result in report["results"].values():
+        _check_m(result["overall"])
+        assert set(result["by_modality"]) == {"text", "image", "video"}
+        assert set(result["by_class"]) == {"sand", "pebbles", "rocks"}
+        for m in [*result["by_modality"].values(), *result["by_class"].values()]:
+            _check_m(m)
+        assert 0.0 < result["utilization"] <= 1.0
+        assert result["completed"] == 150
+        assert isinstance(result["preemptions"], int)
+        assert set(result["slo"]) >= {"1x", "2x", "3x", "4x"}
+    assert plot.stat().st_size > 0
+    assert "rps" in capsys.readouterr().out
+
+
+def test_simulate_rejects_unknown_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "simulate",
+        "--rate",
+        "2",
+        "--requests",
+        "10",
+        "--policies",
+        "lifo",
+        "--json",
+        str(tmp_path / "x"),
+    ]
+    assert main(argv) == 2
+    assert "unknown policy 'lifo'" in capsys.readouterr().err
+
+
+def test_trace_command_writes_a_replayable_trace(tmp_path: Path) -> None:
+    out = tmp_path / "trace.jsonl"
+    assert main(["trace", "--mix", "mixed-v", "--rate", "3", "--requests", "50", "--out", str(out)]) == 0
+    trace = read_trace(out)
+    assert len(trace) == 50 and np.all(np.diff(trace.arrival_s) >= 0)
+
+
+def test_modserve_moves_encoding_off_the_llm_gpus() -> None:
+    setup = prepare(
+        SimulationConfig("llava-onevision-qwen2-7b", gpus=2, mix="mixed-v", rate=2.0, requests=120)
+    )
+    colocated = run_policy(setup, "fcfs")
+    modserve = run_policy(setup, "modserve")
+    assert colocated.records.completed.all() and modserve.records.completed.all()
+    # The same work on one LLM GPU instead of two, while encoder GPUs sit mostly idle.
+    assert modserve.utilization < colocated.utilization
+
+
+def test_modserve_needs_two_gpus() -> None:
+    setup = prepare(
+        SimulationConfig("llava-onevision-qwen2-7b", gpus=1, mix="mixed-v", rate=2.0, requests=10)
+    )
+    with pytest.raises(ValueError, match="at least 2 GPUs"):
+        run_policy(setup, "modserve")

@@ -1,0 +1,100 @@
+"""Mixes, arrival processes and trace files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rps_serve.workload.arrivals import gamma_arrivals, poisson_arrivals
+from rps_serve.workload.mixes import MIXES, Mix, mix_by_name
+from rps_serve.workload.shapes import RequestKind
+from rps_serve.workload.trace import generate_trace, read_trace, write_trace
+
+# SPEC.md, Evaluation: (short text, long text, image, video).
+SPEC_MIXES = {
+    "mixed-i": (0.60, 0.25, 0.10, 0.05),
+    "mixed-ii": (0.50, 0.25, 0.15, 0.10),
+    "mixed-iii": (0.40, 0.30, 0.20, 0.10),
+    "mixed-iv": (0.35, 0.25, 0.25, 0.15),
+    "mixed-v": (0.30, 0.20, 0.30, 0.20),
+}
+
+
+def test_mixes_are_the_papers() -> None:
+    for name, fractions in SPEC_MIXES.items():
+        assert mix_by_name(name).fractions == fractions
+    assert mix_by_name("mixed-iii").share(RequestKind.VIDEO) == 0.10
+    with pytest.raises(ValueError, match="sum to 1"):
+        Mix("bad", 0.5, 0.5, 0.5, 0.0)
+    with pytest.raises(ValueError, match="unknown mix"):
+        mix_by_name("mixed-vi")
+
+
+@pytest.mark.parametrize("name", list(SPEC_MIXES))
+def test_trace_follows_mix_proportions(name: str) -> None:
+    n = 20_000
+    trace = generate_trace(MIXES[name], rate=10.0, n=n, seed=3)
+    observed = np.bincount(trace.kind, minlength=len(RequestKind)) / n
+    # Binomial standard error is at most 0.0035 at n = 20,000: 0.015 is over four of them.
+    assert np.allclose(observed, MIXES[name].fractions, atol=0.015)
+
+
+def test_trace_token_counts_match_kinds() -> None:
+    trace = generate_trace(MIXES["mixed-v"], rate=10.0, n=2_000, seed=1)
+    kinds = list(RequestKind)
+    for index, kind in enumerate(kinds):
+        rows = trace.kind == index
+        assert np.all(trace.modality[rows] == kind.modality.index)
+        if kind.modality.value == "text":
+            assert np.all(trace.modality_tokens[rows] == 0)
+        else:
+            assert np.all(trace.modality_tokens[rows] > 0)
+    assert np.all(trace.prompt_tokens >= trace.modality_tokens)
+    assert np.all(trace.output_tokens >= 1)
+
+
+def test_seed_fixes_the_trace() -> None:
+    a = generate_trace(MIXES["mixed-iii"], 5.0, 500, seed=7)
+    b = generate_trace(MIXES["mixed-iii"], 5.0, 500, seed=7)
+    c = generate_trace(MIXES["mixed-iii"], 5.0, 500, seed=8)
+    for column in ("arrival_s", "kind", "prompt_tokens", "modality_tokens", "output_tokens"):
+        assert np.array_equal(getattr(a, column), getattr(b, column))
+    assert not np.array_equal(a.arrival_s, c.arrival_s)
+
+
+def test_poisson_rate_and_gamma_burstiness() -> None:
+    rng = np.random.default_rng(0)
+    n = 50_000
+    gaps = np.diff(poisson_arrivals(8.0, n, rng), prepend=0.0)
+    assert gaps.mean() == pytest.approx(1 / 8.0, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)
+    bursty = np.diff(gamma_arrivals(8.0, 3.0, n, rng), prepend=0.0)
+    assert bursty.mean() == pytest.approx(1 / 8.0, rel=0.05)
+    assert bursty.std() / bursty.mean() == pytest.approx(3.0, rel=0.1)
+    assert np.all(np.diff(gamma_arrivals(2.0, 0.5, 100, rng)) >= 0)
+    with pytest.raises(ValueError):
+        poisson_arrivals(0.0, 10, rng)
+
+
+def test_trace_file_round_trip(tmp_path: Path) -> None:
+    trace = generate_trace(MIXES["mixed-ii"], 3.0, 300, seed=2, burst_cv=2.0)
+    path = tmp_path / "trace.jsonl"
+    write_trace(path, trace)
+    back = read_trace(path)
+    assert np.allclose(back.arrival_s, trace.arrival_s)
+    for column in ("kind", "prompt_tokens", "modality_tokens", "output_tokens"):
+        assert np.array_equal(getattr(back, column), getattr(trace, column))
+    first = path.read_text().splitlines()[0]
+    assert '"modality"' in first and '"kind"' in first
+
+
+def test_broken_trace_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        '{"arrival_s": 0.1, "kind": "text", "prompt_tokens": 5, "modality_tokens": 0, '
+        '"output_tokens": 3}\n{"kind": "audio"}\n'
+    )
+    with pytest.raises(ValueError, match=r"trace.jsonl:2: not a trace record"):
+        read_trace(path)
