@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
@@ -30,6 +31,7 @@ from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.parameters import Policy, class_ladder
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
+from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
 from rps_serve.vllm_plugin.classify import EngineClassifier
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
@@ -44,6 +46,12 @@ def _cdiv(a: int, b: int) -> int:
 class _RPSMixin(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if vllm.__version__ not in SUPPORTED_VLLM_VERSIONS:
+            logger.warning(
+                "RPS scheduler: vLLM %s is untested (supported: %s); run the contract tests",
+                vllm.__version__,
+                ", ".join(SUPPORTED_VLLM_VERSIONS),
+            )
         self.rps = RPSConfig.from_additional_config(self.vllm_config.additional_config)
         self.classifier = EngineClassifier(self.rps)
         regulator = PriorityRegulator(self.rps.policy, class_ladder(self.classifier.num_levels))

@@ -1,0 +1,91 @@
+"""What the plug-in relies on inside vLLM's (non-public) scheduler. A vLLM upgrade that changes any of
+it must fail here, before it misbehaves in production."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import vllm
+from vllm.v1.core.sched.request_queue import RequestQueue
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from rps_serve.requests import Modality
+from rps_serve.scheduling.parameters import Policy
+from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
+from rps_serve.vllm_plugin.queue import ClassRequestQueue
+from rps_serve.vllm_plugin.scheduler import RPSScheduler
+from tests.vllm_plugin.conftest import Driver, make_engine, scheduler_of
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model: Path) -> Iterator[Any]:
+    engine = make_engine(tiny_model, Policy.RPS)
+    yield engine
+    engine.engine_core.shutdown()
+
+
+def test_installed_vllm_is_a_supported_release() -> None:
+    assert vllm.__version__ in SUPPORTED_VLLM_VERSIONS
+
+
+def test_class_queue_implements_every_request_queue_method() -> None:
+    abstract = set(RequestQueue.__abstractmethods__)
+    assert abstract, "RequestQueue is no longer abstract: re-check the interface"
+    assert not set(ClassRequestQueue.__abstractmethods__)
+    assert abstract <= set(vars(ClassRequestQueue))
+
+
+def test_schedule_uses_only_queue_methods_we_implement() -> None:
+    source = inspect.getsource(Scheduler)
+    used = set(re.findall(r"(?:self\.waiting|request_queue|from_queue)\.(\w+)\(", source))
+    assert used, "the scheduler no longer uses its waiting queue the way we expect"
+    assert used <= set(vars(ClassRequestQueue)), used - set(vars(ClassRequestQueue))
+
+
+def test_prefill_threshold_is_read_from_config_at_every_step() -> None:
+    assert "self.scheduler_config.long_prefill_token_threshold" in inspect.getsource(Scheduler.schedule)
+
+
+def test_preempt_request_signature_and_bookkeeping() -> None:
+    parameters = list(inspect.signature(Scheduler._preempt_request).parameters)
+    assert parameters[:3] == ["self", "request", "timestamp"]
+    body = inspect.getsource(Scheduler._preempt_request)
+    assert "self.waiting.prepend_request(request)" in body
+    assert "request.num_preemptions += 1" in body
+    assert callable(Scheduler._request_blocks_can_be_freed)
+
+
+def test_scheduler_state_we_read_exists(engine: Any) -> None:
+    scheduler = scheduler_of(engine)
+    assert isinstance(scheduler, RPSScheduler)
+    assert isinstance(scheduler.waiting, ClassRequestQueue)
+    for name in (
+        "running",
+        "kv_holding_waiting",
+        "max_num_running_reqs",
+        "max_num_scheduled_tokens",
+        "block_size",
+    ):
+        assert hasattr(scheduler, name), name
+    assert isinstance(scheduler.kv_cache_manager.block_pool.get_num_free_blocks(), int)
+    assert isinstance(scheduler.scheduler_config.long_prefill_token_threshold, int)
+
+
+def test_request_fields_we_read(engine: Any) -> None:
+    scheduler = scheduler_of(engine)
+    driver = Driver(engine)
+    driver.submit("video", Modality.VIDEO, extra_args={"probe": 1})
+    (request,) = list(scheduler.waiting)
+    assert request.num_prompt_tokens > 0 and request.num_computed_tokens == 0
+    assert request.num_tokens >= request.num_prompt_tokens
+    assert request.arrival_time > 0 and request.num_preemptions == 0
+    assert request.sampling_params.extra_args == {"probe": 1}
+    (feature,) = request.mm_features
+    assert feature.modality == "video" and 0 < feature.mm_position.length < request.num_prompt_tokens
+    assert request.priority == scheduler.waiting.level(request)  # the scheduler wrote it
+    driver.run()
