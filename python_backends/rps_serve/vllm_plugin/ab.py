@@ -1,0 +1,110 @@
+"""`rps-serve ab`: policies side by side on a real vLLM engine, fresh engine per run, runs interleaved."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rps_serve.metrics import RequestRecords, grouped_metrics
+from rps_serve.scheduling.parameters import Policy
+from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
+from rps_serve.vllm_plugin.replay import ClassLabeler, MediaShape, build_requests, replay
+from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.trace import generate_trace
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ABConfig:
+    """One A/B experiment. Engine settings follow the CPU calibration runs (2,048-token steps)."""
+
+    model: Path
+    mix: str
+    rate: float
+    requests: int
+    policies: tuple[Policy, ...]
+    repeats: int = 3
+    seed: int = 0
+    burst_cv: float | None = None
+    cost_model: Path | None = None
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 8192
+    renderer_num_workers: int = 1
+    rps_settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_text_tokens(self) -> int:
+        return self.max_model_len // 2
+
+
+def _engine(config: ABConfig, policy: Policy) -> Any:
+    from vllm import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = AsyncEngineArgs(
+        model=str(config.model),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=config.max_model_len,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        limit_mm_per_prompt={"image": 1, "video": 1},
+        renderer_num_workers=config.renderer_num_workers,
+        **scheduler_engine_kwargs(policy, config.cost_model, **config.rps_settings),
+    )
+    return AsyncLLM.from_engine_args(args)
+
+
+def _pool(runs: Sequence[RequestRecords]) -> RequestRecords:
+    return RequestRecords(
+        arrival_s=np.concatenate([r.arrival_s for r in runs]),
+        first_token_s=np.concatenate([r.first_token_s for r in runs]),
+        finish_s=np.concatenate([r.finish_s for r in runs]),
+        output_tokens=np.concatenate([r.output_tokens for r in runs]),
+        modality=np.concatenate([r.modality for r in runs]),
+        level=np.concatenate([r.level for r in runs]),
+        num_levels=runs[0].num_levels,
+    )
+
+
+def run_ab(config: ABConfig) -> dict[str, Any]:
+    """Every policy `repeats` times, interleaved (fcfs, rps, fcfs, rps, ...), on the same trace with
+    fresh prompts and media per run; results pooled per policy, in `rps-serve simulate`'s JSON shape."""
+    media = MediaShape.of_model(config.model)
+    labeler = ClassLabeler(config.cost_model)
+    trace = generate_trace(
+        mix_by_name(config.mix), config.rate, config.requests, config.seed, config.burst_cv
+    )
+    runs: dict[Policy, list[RequestRecords]] = {p: [] for p in config.policies}
+    for repeat in range(config.repeats):
+        for index, policy in enumerate(config.policies):
+            content_seed = config.seed + 1000 * repeat + index  # fresh content: caches must not hit
+            requests = build_requests(trace, media, labeler, config.max_text_tokens, content_seed)
+            engine = _engine(config, policy)
+            try:
+                started = time.perf_counter()
+                records = asyncio.run(replay(engine, requests, labeler.num_levels))
+                logger.info("%s run %d: %.1f s", policy.value, repeat + 1, time.perf_counter() - started)
+            finally:
+                engine.shutdown()
+            runs[policy].append(records)
+    results = {}
+    for policy, policy_runs in runs.items():
+        pooled = _pool(policy_runs)
+        results[policy.value] = {
+            **grouped_metrics(pooled),
+            "completed": int(pooled.completed.sum()),
+            "requests": len(pooled.arrival_s),
+            "runs": len(policy_runs),
+        }
+    settings = {**asdict(config), "model": str(config.model), "policies": [p.value for p in config.policies]}
+    settings["cost_model"] = str(config.cost_model) if config.cost_model else None
+    settings["media"] = asdict(media)
+    return {"config": settings, "results": results}
