@@ -147,6 +147,35 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from rps_serve.profiler.isolated import IsolatedProfiler, profiling_engine
+    from rps_serve.profiler.plan import ProfilePlan
+    from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+    from rps_serve.vllm_plugin.replay import MediaShape
+
+    done = sum(1 for _ in read_records(args.out)) if args.out.exists() else 0
+    if done and not args.resume:
+        raise ValueError(f"{args.out} already holds {done} records; pass --resume to continue it")
+    plan = ProfilePlan(repeats=args.repeats)
+    items = plan.items()[done:]
+    configure_cpu_engine_environment(args.out.parent / ".vllm")
+    engine, timer = profiling_engine(args.model, args.max_model_len)
+    profiler = IsolatedProfiler(
+        engine, timer, MediaShape.of_model(args.model), plan.output_tokens, args.seed + done
+    )
+    for warm_up in plan.items()[:2]:  # first calls pay one-off initialization
+        profiler.run(warm_up)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("a", encoding="utf-8") as out:
+        for item in tqdm(items, desc="isolated runs", unit="request"):
+            out.write(profiler.run(item).to_json() + "\n")
+            out.flush()
+    print(f"{args.out}: {done + len(items)} records ({len(items)} new)")
+    return 0
+
+
 def _ab(args: argparse.Namespace) -> int:
     from rps_serve.vllm_plugin.ab import ABConfig, run_ab
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
@@ -266,6 +295,17 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--json", type=Path, required=True, help="where to write the results")
     simulate.add_argument("--plot", type=Path, help="also draw TTFT CDFs per modality and policy (PNG)")
     simulate.set_defaults(handler=_simulate)
+
+    profile = commands.add_parser("profile", help="isolated runs on a real vLLM engine -> profile records")
+    profile.add_argument(
+        "--model", type=Path, required=True, help="model built by `rps-serve make-tiny-model`"
+    )
+    profile.add_argument("--out", type=Path, required=True, help="JSONL profile records")
+    profile.add_argument("--repeats", type=int, default=3, help="runs of every planned request")
+    profile.add_argument("--max-model-len", type=int, default=8192)
+    profile.add_argument("--resume", action="store_true", help="continue a partly written profile")
+    profile.add_argument("--seed", type=int, default=0)
+    profile.set_defaults(handler=_profile)
 
     ab = commands.add_parser("ab", help="policies side by side on a real vLLM engine (fresh engine per run)")
     ab.add_argument("--model", type=Path, required=True, help="model built by `rps-serve make-tiny-model`")

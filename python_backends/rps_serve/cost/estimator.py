@@ -19,7 +19,7 @@ QUANTILE_MODALITIES = frozenset({Modality.IMAGE, Modality.VIDEO})
 
 
 class ImpactEstimator:
-    """Fits prefill seconds against prompt tokens, one line per modality.
+    """Fits admission seconds (vision encoding + prefill) against prompt tokens, one line per modality.
 
     Text uses least squares; image and video use quantile regression at `quantile` (0.9 by
     default), so heavy requests are rarely underestimated. Memory is the number of prefill
@@ -40,7 +40,7 @@ class ImpactEstimator:
                     f"profile has {len(rows)} {modality.value} records; need at least 2 to fit a line"
                 )
             tokens = np.array([[r.prompt_tokens] for r in rows], dtype=np.float64)
-            seconds = np.array([r.prefill_s for r in rows], dtype=np.float64)
+            seconds = np.array([r.admission_s for r in rows], dtype=np.float64)
             regressor: LinearRegression | QuantileRegressor
             if modality in QUANTILE_MODALITIES:
                 regressor = QuantileRegressor(quantile=self.quantile, alpha=0.0, solver="highs")

@@ -26,6 +26,11 @@ class ProfileRecord:
     output_tokens: int
 
     @property
+    def admission_s(self) -> float:
+        """GPU seconds the request costs at admission: vision encoding plus LLM prefill."""
+        return self.encoder_s + self.prefill_s
+
+    @property
     def features(self) -> RequestFeatures:
         return RequestFeatures(self.modality, self.prompt_tokens, self.modality_tokens)
 

@@ -22,6 +22,7 @@ from rps_serve.workload.prompts import chat_prompt, filler_text
 from rps_serve.workload.trace import Trace
 
 TINY_MODEL_SPEC = "rps_tiny_model.json"
+TOKENS_PER_WORD = 1.1  # filler words, tiny model tokenizer (measured by `rps-serve profile`)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def build_requests(
 ) -> list[ReplayRequest]:
     """Fresh prompts and media for every request of `trace`, sized for the served model.
 
-    Text keeps the trace's prompt length (capped at `max_text_tokens`; about 1.6 tokens per filler
+    Text keeps the trace's prompt length (capped at `max_text_tokens`; about 1.1 tokens per filler
     word with the tiny model's tokenizer); image and video placeholders are whatever the model's
     processor makes of its media size. Content is random, so caches cannot hit across requests.
     """
@@ -103,7 +104,7 @@ def build_requests(
     for i in range(len(trace)):
         kind = Modality.from_index(int(modality[i]))
         prompt: dict[str, Any] = {
-            "prompt": chat_prompt(filler_text(max(1, int(text_tokens[i] / 1.6)), text_rng), kind)
+            "prompt": chat_prompt(filler_text(max(1, int(text_tokens[i] / TOKENS_PER_WORD)), text_rng), kind)
         }
         if kind is Modality.IMAGE:
             prompt["multi_modal_data"] = {

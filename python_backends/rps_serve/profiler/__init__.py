@@ -1,0 +1,1 @@
+"""Workload Profiler: isolated runs on a real vLLM engine, recorded as profile records."""
