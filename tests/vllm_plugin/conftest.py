@@ -44,25 +44,21 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_engine(model: Path, policy: Policy, **overrides: Any) -> Any:
-    from vllm import EngineArgs, LLMEngine
+    from vllm import LLMEngine
 
-    from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
+    from rps_serve.vllm_plugin.engine import engine_args
 
-    rps_settings = overrides.pop("rps", {})
     settings: dict[str, Any] = {
-        "model": str(model),
         "max_model_len": MAX_MODEL_LEN,
         "max_num_batched_tokens": MAX_MODEL_LEN,
-        "enforce_eager": True,
-        "dtype": "float32",
-        "limit_mm_per_prompt": {"image": 1, "video": 1},
         "enable_prefix_caching": False,
         "block_size": BLOCK_SIZE,
         "seed": 0,
-        **scheduler_engine_kwargs(policy, **rps_settings),
         **overrides,
     }
-    return LLMEngine.from_engine_args(EngineArgs(**settings))
+    return LLMEngine.from_engine_args(
+        engine_args(model, policy, rps_settings=settings.pop("rps", None), **settings)
+    )
 
 
 def scheduler_of(engine: Any) -> Any:

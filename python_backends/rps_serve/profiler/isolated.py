@@ -15,7 +15,9 @@ import numpy as np
 from rps_serve.profiler.plan import ProfileItem
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality
+from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.classify import request_features
+from rps_serve.vllm_plugin.engine import engine_args
 from rps_serve.vllm_plugin.replay import MediaShape
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
@@ -43,20 +45,17 @@ class EncoderTimer:
 def profiling_engine(model: Path, max_model_len: int) -> tuple[Any, EncoderTimer]:
     """An engine whose core and worker live in this process, with the whole prompt in one step."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the timer must reach the model runner
-    from vllm import EngineArgs, LLMEngine
+    from vllm import LLMEngine
 
-    engine = LLMEngine.from_engine_args(
-        EngineArgs(
-            model=str(model),
-            dtype="float32",
-            enforce_eager=True,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=max_model_len,  # prefill in one step: its time is one step's time
-            limit_mm_per_prompt={"image": 1, "video": 1},
-            enable_prefix_caching=False,
-            distributed_executor_backend="uni",
-        )
+    args = engine_args(
+        model,
+        Policy.FCFS,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_model_len,  # prefill in one step: its time is one step's time
+        enable_prefix_caching=False,
+        distributed_executor_backend="uni",
     )
+    engine = LLMEngine.from_engine_args(args)
     runner = engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     return engine, EncoderTimer(runner)
 

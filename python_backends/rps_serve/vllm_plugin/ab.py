@@ -14,7 +14,7 @@ import numpy as np
 
 from rps_serve.metrics import RequestRecords, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
+from rps_serve.vllm_plugin.engine import engine_args
 from rps_serve.vllm_plugin.replay import ClassLabeler, MediaShape, build_requests, replay
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import generate_trace
@@ -46,18 +46,17 @@ class ABConfig:
 
 
 def _engine(config: ABConfig, policy: Policy) -> Any:
-    from vllm import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    args = AsyncEngineArgs(
-        model=str(config.model),
-        dtype="float32",
-        enforce_eager=True,
+    args = engine_args(
+        config.model,
+        policy,
+        config.cost_model,
+        config.rps_settings,
+        asynchronous=True,
         max_model_len=config.max_model_len,
         max_num_batched_tokens=config.max_num_batched_tokens,
-        limit_mm_per_prompt={"image": 1, "video": 1},
         renderer_num_workers=config.renderer_num_workers,
-        **scheduler_engine_kwargs(policy, config.cost_model, **config.rps_settings),
     )
     return AsyncLLM.from_engine_args(args)
 

@@ -32,3 +32,29 @@ def scheduler_engine_kwargs(
         "scheduler_cls": scheduler_cls_name(async_scheduling),
         "additional_config": config.to_additional_config(),
     }
+
+
+def engine_args(
+    model: Path,
+    policy: Policy,
+    cost_model: Path | None = None,
+    rps_settings: dict[str, Any] | None = None,
+    asynchronous: bool = False,
+    **overrides: Any,
+) -> Any:
+    """`EngineArgs` (or `AsyncEngineArgs`) for a tiny Qwen2-VL on the CPU build with `policy`'s scheduler.
+
+    float32 (bf16 needs AMX permissions on this CPU class), eager mode (no compile at start-up), one
+    image or video per prompt; `overrides` are further `EngineArgs` fields.
+    """
+    from vllm import AsyncEngineArgs, EngineArgs
+
+    settings: dict[str, Any] = {
+        "model": str(model),
+        "dtype": "float32",
+        "enforce_eager": True,
+        "limit_mm_per_prompt": {"image": 1, "video": 1},
+        **scheduler_engine_kwargs(policy, cost_model, **(rps_settings or {})),
+        **overrides,
+    }
+    return (AsyncEngineArgs if asynchronous else EngineArgs)(**settings)

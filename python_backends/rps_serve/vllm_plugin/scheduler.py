@@ -3,8 +3,8 @@
 Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes:
 - `self.waiting` is a `ClassRequestQueue`: requests come out in RPS priority order, recomputed at
   every step (`begin_iteration`);
-- before the loop, the best waiting request may evict a running request of a heavier class when it
-  cannot otherwise be admitted (`PreemptionRule`; recompute preemption, as vLLM's own);
+- before the loop, the best waiting request may evict a running request of a heavier class when the
+  KV cache keeps it out (`PreemptionRule`; recompute preemption, as vLLM's own);
 - while a lighter class waits behind a heavier prefill, prefill chunks are capped for that step;
 - `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
   (which runs with the priority policy) evicts the heaviest class first.
@@ -77,6 +77,10 @@ class _RPSMixin(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         self.waiting.begin_iteration()
+        # With every sequence slot taken no waiting request can start this step, so neither an
+        # eviction nor a chunk cap would let one in: skip both (and the scoring they need).
+        if len(self.running) >= self.max_num_running_reqs:
+            return super().schedule(*args, **kwargs)
         self._evict_for_waiting()
         with self._chunk_cap(self._prefill_cap()):
             return super().schedule(*args, **kwargs)
@@ -90,21 +94,21 @@ class _RPSMixin(Scheduler):
             num_preemptions=request.num_preemptions,
         )
 
-    def _fits(self, request: Request) -> bool:
-        """Whether `request`'s next chunk could be admitted without evicting anyone."""
-        if len(self.running) >= self.max_num_running_reqs:
-            return False
+    def _kv_short_for(self, request: Request) -> bool:
+        """Whether free KV blocks cannot hold `request`'s next chunk (after running decodes take theirs)."""
         chunk = min(request.num_tokens - request.num_computed_tokens, self.max_num_scheduled_tokens)
-        # Running requests may each need a fresh block for their next token.
+        # Running requests are scheduled first and may each need a fresh block for their next token.
         needed = _cdiv(chunk, self.block_size) + len(self.running)
-        return needed <= self.kv_cache_manager.block_pool.get_num_free_blocks()
+        return needed > self.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def _evict_for_waiting(self) -> None:
-        """Preempt one running request for the best waiting one, if the rule allows and it is needed."""
+        """Preempt one running request for the best waiting one, if the rule allows and the KV cache is
+        what keeps it out. A full set of sequence slots is no reason to evict: one frees with the next
+        finished request, and evicting for slots near saturation piles up recompute work."""
         if self.preemption_rule is None or not self.waiting:
             return
         candidate = self.waiting.peek_request()
-        if self._fits(candidate):
+        if not self._kv_short_for(candidate):
             return
         running = [(r, self._contender(r)) for r in self.running if r.status == RequestStatus.RUNNING]
         victim = self.preemption_rule.choose_victim(self._contender(candidate), running)
