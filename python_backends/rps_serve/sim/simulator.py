@@ -104,7 +104,10 @@ class Deployment:
 
 @dataclass(frozen=True)
 class SimOutcome:
+    """Per-request records, and `ready_s`: when the engine saw each request (after the front end)."""
+
     records: RequestRecords
+    ready_s: np.ndarray
     utilization: float
     preemptions: int
     steps: int
@@ -171,7 +174,7 @@ def simulate(
     makespan = float(np.nanmax(result.finish_s) - trace.arrival_s[0]) if len(trace) else 0.0
     gpu_seconds = result.busy_s * llm_gpus + encoder_busy
     utilization = gpu_seconds / (deployment.gpus * makespan) if makespan > 0 else 0.0
-    return SimOutcome(records, utilization, int(result.preemptions.sum()), result.steps, makespan)
+    return SimOutcome(records, ready, utilization, int(result.preemptions.sum()), result.steps, makespan)
 
 
 class _EngineClock:
