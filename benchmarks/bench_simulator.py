@@ -42,7 +42,7 @@ def main() -> None:
         _peak_rss_child(args.memory_requests, args.rate, args.policy)
         return
     print(f"{'policy':<8} {'requests':>8} {'prepare s':>9} {'simulate s':>10} {'steps':>7} {'us/step':>8}")
-    for policy in ("fcfs", "rps"):
+    for policy in ("fcfs", "rps", "rps-cap"):
         prep, sim, steps = _time_one(policy, 3_500, args.rate)
         print(f"{policy:<8} {3_500:8d} {prep:9.2f} {sim:10.2f} {steps:7d} {sim / steps * 1e6:8.1f}")
     for policy in ("fcfs", "rps"):

@@ -1,7 +1,7 @@
 """The paper's experiments on the simulator, one command each; prints Markdown tables, writes JSON.
 
 Run: `python benchmarks/experiments.py NAME [--requests N] [--out DIR]` with NAME one of
-done-when, load, ablations, mixes, classes, baselines, goodput (or `all`).
+done-when, ttft-breakdown, load, ablations, mixes, classes, baselines, goodput (or `all`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from rps_serve.sim.breakdown import ttft_parts
+from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import tp_speedup
 from rps_serve.sim.plots import plot_latency_vs_load
-from rps_serve.sim.run import SimulationConfig, run_simulation
+from rps_serve.sim.run import SimulationConfig, prepare, run_policy, run_simulation
 
 SMALL = "llava-onevision-qwen2-7b"
 LARGE = "llava-onevision-qwen2-72b"
@@ -87,6 +91,31 @@ class Experiments:
                 f"| {label} | {_ttft(fcfs, 'text', 'p99'):.3f} | {text:.2f} | {video:.2f} | {norm} | {done} |"
             )
 
+    def ttft_breakdown(self) -> None:
+        """Where the slowest 2% of sand TTFTs go under FCFS and RPS, at the done-when point."""
+        print(
+            "| seed | policy | sand P98+ TTFT | preprocessing | rest of step in progress | queued steps"
+            " | final step |\n|---|---|---:|---:|---:|---:|---:|"
+        )
+        for seed in SEEDS:
+            config = SimulationConfig(SMALL, 1, "mixed-iii", RATE_1GPU, self.requests, seed)
+            setup = prepare(config)
+            for policy in ("fcfs", "rps"):
+                steps: list[StepRecord] = []
+                outcome = run_policy(setup, policy, steps.append)
+                records = outcome.records
+                sand = np.flatnonzero((records.level == 0) & records.completed)
+                ttft = records.first_token_s[sand] - records.arrival_s[sand]
+                slow = sand[ttft >= np.percentile(ttft, 98)]
+                parts = ttft_parts(
+                    records.arrival_s[slow], outcome.ready_s[slow], records.first_token_s[slow], steps
+                )
+                cells = [
+                    float(np.mean(records.first_token_s[slow] - records.arrival_s[slow])),
+                    *(float(np.mean(part)) for part in vars(parts).values()),
+                ]
+                print(f"| {seed} | {policy} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+
     def load(self) -> None:
         """Latency against load on 1, 2 and 4 GPUs (rates scaled by the tensor-parallel speed-up)."""
         for gpus in (1, 2, 4):
@@ -155,6 +184,7 @@ class Experiments:
 def main() -> None:
     experiments: dict[str, Callable[[Experiments], None]] = {
         "done-when": Experiments.done_when,
+        "ttft-breakdown": Experiments.ttft_breakdown,
         "load": Experiments.load,
         "ablations": Experiments.ablations,
         "mixes": Experiments.mixes,

@@ -145,14 +145,3 @@ def test_heavy_request_does_not_outrank_fresh_sand_before_the_bound() -> None:
         queues.add("sand", RequestClass.SAND, clock.now)
         queues.begin_iteration()
         assert queues.ordered() == ["sand", "heavy"]
-
-
-def test_head_is_the_oldest_of_a_class() -> None:
-    queues, _ = _queues()
-    queues.add("late sand", RequestClass.SAND, 3.0)
-    queues.add("early sand", RequestClass.SAND, 1.0)
-    queues.add("rock", RequestClass.ROCKS, 0.0)
-    assert queues.head(RequestClass.SAND) == "early sand"
-    assert queues.head(RequestClass.PEBBLES) is None
-    queues.remove("early sand")
-    assert queues.head(RequestClass.SAND) == "late sand"

@@ -8,7 +8,6 @@ import pytest
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.scheduling.parameters import Policy, class_ladder
 from rps_serve.scheduling.preemption import PreemptionRule
-from rps_serve.scheduling.prefill_cap import PrefillCap
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
@@ -49,7 +48,7 @@ def _engine(
     work: EngineWork,
     policy: Policy,
     config: EngineConfig,
-    cap: bool = False,
+    chunk_cap: int = 0,
     steps: list[StepRecord] | None = None,
 ) -> Engine:
     holder: list[Engine] = []
@@ -62,7 +61,7 @@ def _engine(
         TIMING,
         queues,
         PreemptionRule.for_policy(policy),
-        PrefillCap.for_policy(policy) if cap else None,
+        chunk_cap,
         observer=None if steps is None else steps.append,
     )
     holder.append(engine)
@@ -120,9 +119,9 @@ def test_sand_evicts_a_rock_under_rps_but_waits_under_fcfs() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "cap"), [(Policy.FCFS, False), (Policy.RPS, False), (Policy.RPS, True), (Policy.EDF, False)]
+    ("policy", "chunk_cap"), [(Policy.FCFS, 0), (Policy.RPS, 0), (Policy.RPS, 512), (Policy.EDF, 0)]
 )
-def test_conservation_and_limits_under_a_tight_cache(policy: Policy, cap: bool) -> None:
+def test_conservation_and_limits_under_a_tight_cache(policy: Policy, chunk_cap: int) -> None:
     trace = generate_trace(MIXES["mixed-iii"], rate=30.0, n=300, seed=5)
     work = EngineWork(
         ready_s=trace.arrival_s,
@@ -135,7 +134,7 @@ def test_conservation_and_limits_under_a_tight_cache(policy: Policy, cap: bool) 
     )
     config = EngineConfig(kv_capacity_tokens=40_000, max_num_seqs=64)
     steps: list[StepRecord] = []
-    engine = _engine(work, policy, config, cap=cap, steps=steps)
+    engine = _engine(work, policy, config, chunk_cap=chunk_cap, steps=steps)
     result = engine.run()
 
     assert np.all(np.isfinite(result.finish_s))
@@ -151,21 +150,38 @@ def test_conservation_and_limits_under_a_tight_cache(policy: Policy, cap: bool) 
     assert result.busy_s == pytest.approx(sum(s.duration_s for s in steps))
 
 
-def test_prefill_cap_bounds_heavier_prefill_while_sand_waits() -> None:
-    # Rocks with long prompts and a stream of sand: with the cap, no step carries more than
-    # cap + sand tokens; without it, a rock takes the whole budget.
-    ready = [0.0, 0.0] + [0.001 * i for i in range(1, 40)]
-    prompt = [8000, 8000] + [100] * 39
-    level = [2, 2] + [0] * 39
-    work = _work(ready, prompt, [1] * len(ready), level)
-    config = EngineConfig(kv_capacity_tokens=200_000)
-    capped: list[StepRecord] = []
-    _engine(work, Policy.RPS, config, cap=True, steps=capped).run()
-    plain: list[StepRecord] = []
-    _engine(work, Policy.RPS, config, cap=False, steps=plain).run()
-    assert max(s.prefill_tokens for s in plain) > 8000
-    cap = PrefillCap().heavy_tokens
-    assert all(s.prefill_tokens <= cap + 39 * 100 for s in capped[1:])
+def _prefill_steps(work: EngineWork, chunk_cap: int) -> tuple[list[int], np.ndarray]:
+    steps: list[StepRecord] = []
+    config = EngineConfig(kv_capacity_tokens=100_000)
+    result = _engine(work, Policy.RPS, config, chunk_cap=chunk_cap, steps=steps).run()
+    return [s.prefill_tokens for s in steps], result.first_token_s
+
+
+def test_chunk_cap_lets_sand_past_a_running_rock_prefill() -> None:
+    # A 30,000-token rock starts alone; a short sand request arrives during its first chunk.
+    work = _work([0.0, 0.001], [30_000, 100], [1, 1], [2, 0])
+    plain, plain_first = _prefill_steps(work, chunk_cap=0)
+    # Running requests go first: the rock fills every step and sand rides along with its last chunk.
+    assert plain == [8192, 8192, 8192, 5424 + 100]
+    assert plain_first[1] == plain_first[0]
+    capped, capped_first = _prefill_steps(work, chunk_cap=1024)
+    # While sand waits behind the rock's prefill the rock's chunk is capped; then the cap lifts.
+    assert capped == [8192, 1024 + 100, 8192, 8192, 4400]
+    assert capped_first[1] == pytest.approx(0.01 + 8192e-5 + 0.01 + 1124e-5)
+
+
+def test_chunk_cap_limits_every_chunk_of_the_step() -> None:
+    # As vLLM's long_prefill_token_threshold: a pebble admitted beside the sand is capped too.
+    work = _work([0.0, 0.001, 0.001], [30_000, 100, 3000], [1, 1, 1], [2, 0, 1])
+    capped, _ = _prefill_steps(work, chunk_cap=1024)
+    assert capped[:2] == [8192, 1024 + 100 + 1024]
+
+
+def test_no_chunk_cap_while_only_heavier_requests_wait() -> None:
+    work = _work([0.0, 0.001], [30_000, 3000], [1, 1], [1, 2])  # a rock waits behind a pebble
+    capped, _ = _prefill_steps(work, chunk_cap=1024)
+    plain, _ = _prefill_steps(work, chunk_cap=0)
+    assert capped == plain
 
 
 def test_same_input_same_result() -> None:

@@ -140,11 +140,6 @@ class ClassQueues(Generic[T]):
             raise IndexError("no request is waiting")
         return best
 
-    def head(self, level: int) -> T | None:
-        """The next request of class `level` (its oldest), or None when that class is empty."""
-        queue = self._queues[level]
-        return queue[0].item if queue else None
-
     def peek(self) -> T:
         """The request that would run next."""
         return self._best_head().item

@@ -8,6 +8,9 @@ Each step, as vLLM V1 does it:
 2. if nothing was preempted, waiting requests in policy order while budget, sequence slots, KV blocks
    and the encoder budget last; a waiting request that does not fit may evict a running one where the
    policy's `PreemptionRule` allows it (never under FCFS);
+   in both phases a prefill chunk is also limited by vLLM's `long_prefill_token_threshold`, which the
+   class-aware chunk cap sets for the step (`prefill_chunk_cap`, as the vLLM plug-in does) while the
+   best waiting request is of a lighter class than a running prefill;
 3. the step takes the timing model's time; a request whose known tokens are all computed samples one
    token; finished requests free their blocks.
 Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
@@ -22,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
-from rps_serve.scheduling.prefill_cap import PrefillCap, allocate_in_order
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.sim.timing import TimingModel
 
@@ -101,11 +104,16 @@ class Engine:
         timing: TimingModel,
         queues: ClassQueues[int],
         rule: PreemptionRule | None,
-        cap: PrefillCap | None = None,
+        chunk_cap_tokens: int = 0,
         observer: Callable[[StepRecord], None] | None = None,
     ) -> None:
         self.work, self.config, self.timing = work, config, timing
-        self.queues, self.rule, self.cap, self.observer = queues, rule, cap, observer
+        self.queues, self.rule, self.chunk_cap_tokens, self.observer = (
+            queues,
+            rule,
+            chunk_cap_tokens,
+            observer,
+        )
         n = len(work.ready_s)
         longest = int(np.max(work.prompt_tokens + work.output_tokens, initial=0))
         if longest > config.num_blocks * config.block_size:
@@ -127,7 +135,7 @@ class Engine:
         self.preemption_count = 0
         self._preempted_last = False
         self._fcfs_victims = queues.regulator.policy is Policy.FCFS
-        self._heavy_left: int | None = None
+        self._chunk_limit = 0  # vLLM's long_prefill_token_threshold for the current step; 0: none
         # Plain lists: scalar reads in the Python parts of a step are much cheaper than numpy indexing.
         self._prompt = work.prompt_tokens.tolist()
         self._level = work.level.tolist()
@@ -160,52 +168,42 @@ class Engine:
 
     # --- step phases ----------------------------------------------------------------------------
 
-    def _pending(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens each request still has to compute before sampling, and whether that is prefill work."""
-        pending = self.work.prompt_tokens[ids] + self.generated[ids] - self.computed[ids]
-        return pending, (pending > 1) | (self.generated[ids] == 0)
-
     def _schedule_running(self) -> tuple[np.ndarray, bool]:
         """Tokens for every running request (aligned with `self.running`), and whether any was preempted."""
         ids = self.running
-        pending, prefill = self._pending(ids)
-        capped = prefill & (self.work.level[ids] > 0)
-        alloc = allocate_in_order(pending, self.config.max_num_batched_tokens, capped, self._heavy_left)
+        # Tokens each request still has to compute before it samples (a decode: 1).
+        pending = self.work.prompt_tokens[ids] + self.generated[ids] - self.computed[ids]
+        if self._chunk_limit:
+            pending = np.minimum(pending, self._chunk_limit)
+        # In order, each request takes what is left of the budget; once it binds, later ones get nothing.
+        budget = self.config.max_num_batched_tokens
+        alloc = np.clip(budget - (np.cumsum(pending) - pending), 0, pending)
         grow = np.asarray(_blocks(self.computed[ids] + alloc, self.config.block_size)) - self.blocks[ids]
         grow[alloc == 0] = 0
         needed = int(grow.sum())
         if needed <= self.free_blocks:
             self.blocks[ids] += grow
             self.free_blocks -= needed
-            self._draw_heavy(int(alloc[capped].sum()))
             return alloc, False
         return self._schedule_running_with_preemption(), True
 
-    def _draw_heavy(self, tokens: int) -> None:
-        if self._heavy_left is not None:
-            self._heavy_left -= tokens
-
-    def _grant(self, request: int, pending: int, budget: int, prefill: bool) -> tuple[int, bool]:
-        """Tokens for one request under the token budget and, for heavier prefill, the cap."""
-        capped = prefill and self._heavy_left is not None and self._level[request] > 0
-        if capped:
-            assert self._heavy_left is not None
-            return min(pending, budget, self._heavy_left), True
-        return min(pending, budget), False
+    def _chunk(self, pending: int, budget: int) -> int:
+        """Tokens a request with `pending` tokens gets under the budget and the step's chunk limit."""
+        if self._chunk_limit:
+            pending = min(pending, self._chunk_limit)
+        return min(pending, budget)
 
     def _schedule_running_with_preemption(self) -> np.ndarray:
         """The sequential path of step 1 when the KV cache is short: allocate in order, preempt as needed."""
         budget = self.config.max_num_batched_tokens
         order = self.running.tolist()
         alive = order.copy()
-        granted: dict[int, tuple[int, bool]] = {}
+        granted: dict[int, int] = {}
         for request in order:
             if request not in alive:
                 continue
             pending = self._prompt[request] + int(self.generated[request]) - int(self.computed[request])
-            tokens, capped = self._grant(
-                request, pending, budget, pending > 1 or self.generated[request] == 0
-            )
+            tokens = self._chunk(pending, budget)
             if tokens == 0:
                 continue
             need = int(_blocks(int(self.computed[request]) + tokens, self.config.block_size))
@@ -213,20 +211,17 @@ class Engine:
             while need > self.free_blocks:
                 victim = self._running_victim(alive)
                 alive.remove(victim)
-                returned, was_capped = granted.pop(victim, (0, False))
-                budget += returned
-                self._draw_heavy(-returned if was_capped else 0)
+                budget += granted.pop(victim, 0)
                 self._preempt(victim)
                 if victim == request:
                     break
             else:
-                granted[request] = (tokens, capped)
+                granted[request] = tokens
                 budget -= tokens
-                self._draw_heavy(tokens if capped else 0)
                 self.free_blocks -= need
                 self.blocks[request] += need
         self.running = np.array(alive, dtype=np.int64)
-        return np.array([granted.get(request, (0, False))[0] for request in alive], dtype=np.int64)
+        return np.array([granted.get(request, 0) for request in alive], dtype=np.int64)
 
     def _evict_for(self, request: int, removed: np.ndarray) -> int | None:
         """Index (in `self.running`) of the running request the rule lets `request` evict, if any."""
@@ -260,16 +255,9 @@ class Engine:
         seqs = len(self.running)
         while budget > 0 and self.queues:
             request = self.queues.peek()
-            if self._heavy_left == 0 and self._level[request] > 0:
-                sand = self.queues.head(0)  # heavier prefill is capped out: only sand can still go
-                if sand is None:
-                    break
-                request = sand
             if request in evicted:
                 break  # evicted in this step: not rescheduled in the same step, as in vLLM
-            chunk, capped = self._grant(
-                request, self._prompt[request] + int(self.generated[request]), budget, True
-            )
+            chunk = self._chunk(self._prompt[request] + int(self.generated[request]), budget)
             if self._visual[request] > encoder_budget:
                 break
             if seqs >= config.max_num_seqs:
@@ -281,10 +269,7 @@ class Engine:
                     break
                 victim = int(self.running[index])
                 removed[index] = True
-                # Hand back what the victim was granted in step 1 (its prefill tokens count against the cap).
-                budget += int(alloc[index])
-                was_prefill = bool(self._pending(self.running[index : index + 1])[1][0])
-                self._draw_heavy(-int(alloc[index]) if was_prefill else 0)
+                budget += int(alloc[index])  # what the victim was granted in step 1
                 alloc[index] = 0
                 evicted.add(victim)
                 self._preempt(victim)
@@ -294,26 +279,26 @@ class Engine:
             admitted.append(request)
             tokens.append(chunk)
             budget -= chunk
-            self._draw_heavy(chunk if capped else 0)
             encoder_budget -= self._visual[request]
             self.free_blocks -= need
             self.blocks[request] = need
             seqs += 1
         return admitted, tokens, removed
 
-    def _sand_pending(self, sand_waiting: int) -> bool:
-        """Whether a sand request is waiting, or running but before its first token."""
-        if sand_waiting:
-            return True
+    def _step_chunk_limit(self) -> int:
+        """The step's prefill chunk limit, decided as the vLLM plug-in decides it: from the best waiting
+        request's class and the classes of running requests whose prompt is not yet computed."""
+        if not self.chunk_cap_tokens or not self.queues:
+            return 0
         ids = self.running
-        return bool(np.any((self.work.level[ids] == 0) & np.isnan(self.first_token[ids])))
+        prefilling = self.work.level[ids[self.computed[ids] < self.work.prompt_tokens[ids]]]
+        best = self._level[self.queues.peek()]
+        return prefill_chunk_cap([best], prefilling.tolist(), self.chunk_cap_tokens)
 
     def step(self) -> float:
         """Schedule and run one step; returns its duration (0 when nothing could run)."""
-        stats = self.queues.begin_iteration()
-        self._heavy_left = (
-            None if self.cap is None else self.cap.heavy_budget(self._sand_pending(stats[0].length))
-        )
+        self.queues.begin_iteration()
+        self._chunk_limit = self._step_chunk_limit()
         preemptions_before = self.preemption_count
         alloc, preempted = self._schedule_running()
         self._preempted_last = preempted

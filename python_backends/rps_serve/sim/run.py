@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.profiles.reference import reference_model, reference_model_names
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
+from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import model_spec
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
 from rps_serve.sim.timing import fit_lines
@@ -105,11 +106,13 @@ def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
     return slo
 
 
-def run_policy(setup: SimulationSetup, name: str) -> SimOutcome:
+def run_policy(
+    setup: SimulationSetup, name: str, observer: Callable[[StepRecord], None] | None = None
+) -> SimOutcome:
     variant = policy_variant(name)
     if variant.naive_classes:
-        return simulate(setup.trace, setup.naive_levels, len(Modality), variant, setup.deployment)
-    return simulate(setup.trace, setup.levels, setup.num_levels, variant, setup.deployment)
+        return simulate(setup.trace, setup.naive_levels, len(Modality), variant, setup.deployment, observer)
+    return simulate(setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, observer)
 
 
 def policy_result(outcome: SimOutcome, slo_s: dict[Modality, float]) -> dict[str, Any]:

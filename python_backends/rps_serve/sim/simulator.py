@@ -12,7 +12,6 @@ from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy, class_ladder
 from rps_serve.scheduling.preemption import PreemptionRule
-from rps_serve.scheduling.prefill_cap import PrefillCap
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
@@ -29,22 +28,26 @@ class PolicyVariant:
     `naive_classes`: text/image/video as sand/pebbles/rocks instead of the cost model's classes.
     `modserve`: half the GPUs (rounded down) run the vision encoder, one request per GPU, first come
     first served; the other half run the LLM engine with tensor parallelism.
-    `prefill_cap`: apply the policy's `PrefillCap` (class-aware policies only; off in the paper's policies).
+    `chunk_cap_tokens`: the prefill chunk cap of the vLLM plug-in (`prefill_chunk_cap`); 0: off, as
+    in the paper's policies.
     """
 
     name: str
     policy: Policy
     naive_classes: bool = False
     modserve: bool = False
-    prefill_cap: bool = False
+    chunk_cap_tokens: int = 0
 
+
+# The `rps-cap` chunk cap for the simulated H100 engine (8,192-token steps).
+SIM_CHUNK_CAP_TOKENS = 2048
 
 POLICY_VARIANTS: dict[str, PolicyVariant] = {
     variant.name: variant
     for variant in (
         *(PolicyVariant(policy.value, policy) for policy in Policy),
         PolicyVariant("rps-naive", Policy.RPS, naive_classes=True),
-        PolicyVariant("rps-cap", Policy.RPS, prefill_cap=True),
+        PolicyVariant("rps-cap", Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS),
         PolicyVariant("modserve", Policy.FCFS, modserve=True),
         PolicyVariant("modserve-rps", Policy.RPS, modserve=True),
     )
@@ -101,7 +104,10 @@ class Deployment:
 
 @dataclass(frozen=True)
 class SimOutcome:
+    """Per-request records, and `ready_s`: when the engine saw each request (after the front end)."""
+
     records: RequestRecords
+    ready_s: np.ndarray
     utilization: float
     preemptions: int
     steps: int
@@ -151,7 +157,7 @@ def simulate(
         timing,
         queues,
         PreemptionRule.for_policy(variant.policy),
-        PrefillCap.for_policy(variant.policy) if variant.prefill_cap else None,
+        variant.chunk_cap_tokens,
         observer,
     )
     clock.engine = engine
@@ -168,7 +174,7 @@ def simulate(
     makespan = float(np.nanmax(result.finish_s) - trace.arrival_s[0]) if len(trace) else 0.0
     gpu_seconds = result.busy_s * llm_gpus + encoder_busy
     utilization = gpu_seconds / (deployment.gpus * makespan) if makespan > 0 else 0.0
-    return SimOutcome(records, utilization, int(result.preemptions.sum()), result.steps, makespan)
+    return SimOutcome(records, ready, utilization, int(result.preemptions.sum()), result.steps, makespan)
 
 
 class _EngineClock:
