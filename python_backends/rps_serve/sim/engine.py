@@ -287,8 +287,9 @@ class Engine:
 
     def _step_chunk_limit(self) -> int:
         """The step's prefill chunk limit, decided as the vLLM plug-in decides it: from the best waiting
-        request's class and the classes of running requests whose prompt is not yet computed."""
-        if not self.chunk_cap_tokens or not self.queues:
+        request's class and the classes of running requests whose prompt is not yet computed; no cap
+        when every sequence slot is taken, since then no waiting request can start this step."""
+        if not self.chunk_cap_tokens or not self.queues or len(self.running) >= self.config.max_num_seqs:
             return 0
         ids = self.running
         prefilling = self.work.level[ids[self.computed[ids] < self.work.prompt_tokens[ids]]]
