@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup demo test lint bench experiments clean
+.PHONY: setup demo test lint bench experiments ab clean
 
 setup: $(VENV)/.installed
 
@@ -37,9 +37,18 @@ test: lint
 	$(BIN)/pytest
 
 bench: setup
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_scheduling.py
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_cost_model.py
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_scheduling
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_cost_model
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
+
+$(OUT)/tiny/rps_tiny_model.json: | setup
+	$(BIN)/rps-serve make-tiny-model $(OUT)/tiny
+
+# Real vLLM engine on CPU, FCFS vs RPS interleaved (about 10 minutes on 2 cores).
+ab: $(OUT)/tiny/rps_tiny_model.json
+	$(BIN)/rps-serve ab --model $(OUT)/tiny --mix mixed-iii --rate 4 --requests 150 --repeats 3 \
+		--policies fcfs,rps --json $(OUT)/ab/rate4.json
+	$(BIN)/python benchmarks/bench_plugin_overhead.py $(OUT)/tiny
 
 experiments: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/experiments.py all

@@ -2,34 +2,23 @@
 
 Trains the default reference model into a temporary repository, then times `cost` + `classify`
 (the two ONNX sessions, as Triton's ensemble runs them) and `assess` (plus Python result objects)
-for batches of 1 and 256 requests. Run: `python benchmarks/bench_cost_model.py`.
+for batches of 1 and 256 requests. Run: `python -m benchmarks.bench_cost_model`.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.timing import median_seconds
 from rps_serve.cost import features as cols
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality, RequestFeatures
-
-
-def _median_us(fn: Callable[[], object], repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
 
 
 def main() -> None:
@@ -50,8 +39,8 @@ def main() -> None:
                 for m, t in zip(rng.integers(0, 3, batch), rng.integers(10, 20_000, batch), strict=True)
             ]
             matrix = cols.feature_matrix(requests)
-            onnx_us = _median_us(lambda m=matrix: model.classify(model.cost(m)), args.repeats)
-            assess_us = _median_us(lambda r=requests: model.assess(r), args.repeats)
+            onnx_us = 1e6 * median_seconds(lambda m=matrix: model.classify(model.cost(m)), args.repeats)
+            assess_us = 1e6 * median_seconds(lambda r=requests: model.assess(r), args.repeats)
             print(f"{batch:6d} {onnx_us:9.1f} {onnx_us / batch:8.2f} {assess_us:10.1f}")
 
 

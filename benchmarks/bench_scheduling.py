@@ -2,21 +2,19 @@
 
 One iteration = `begin_iteration()` (clock, per-class stats, boost update) plus either the full
 priority order of every waiting request (`ordered`) or popping the 32 best heads (`pop32`, what a
-vLLM step admits at most in practice). Run: `python benchmarks/bench_scheduling.py`.
+vLLM step admits at most in practice). Run: `python -m benchmarks.bench_scheduling`.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 import tracemalloc
-from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 
+from benchmarks.timing import median_seconds
 from rps_serve.scheduling.parameters import Policy, class_ladder
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
@@ -58,15 +56,6 @@ def _iterate_pop32(queues: ClassQueues[int], clock: _Clock, levels: np.ndarray, 
         queues.add(item, int(levels[item]), float(arrivals[item]))
 
 
-def _time(fn: Callable[[], None], repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=200)
@@ -78,8 +67,8 @@ def main() -> None:
     for n in SIZES:
         queues, clock, levels, arrivals = _filled(n, rng)
 
-        full = _time(partial(_iterate_ordered, queues, clock), args.repeats)
-        heads = _time(partial(_iterate_pop32, queues, clock, levels, arrivals), args.repeats)
+        full = median_seconds(partial(_iterate_ordered, queues, clock), args.repeats)
+        heads = median_seconds(partial(_iterate_pop32, queues, clock, levels, arrivals), args.repeats)
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         kept = _filled(n, np.random.default_rng(1))

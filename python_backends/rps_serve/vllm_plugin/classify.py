@@ -52,6 +52,7 @@ class EngineClassifier:
             else None
         )
         self.num_levels = self._model.num_classes if self._model else NAIVE_LEVELS
+        self.kind = "ONNX cost model" if self._model else "modality (naive)"
 
     def level(self, request: Any) -> int:
         supplied = supplied_level(request, self.num_levels)

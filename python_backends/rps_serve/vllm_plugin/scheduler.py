@@ -64,10 +64,10 @@ class _RPSMixin(Scheduler):
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         logger.info(
-            "RPS scheduler: policy %s, %d classes, %s classifier",
+            "RPS scheduler: policy %s, %d classes by %s",
             self.rps.policy.value,
             self.classifier.num_levels,
-            "naive" if self.classifier.num_levels == 3 and not self.rps.cost_model else "ONNX",
+            self.classifier.kind,
         )
 
     def _classify(self, request: Request) -> int:
