@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import tempfile
 from collections.abc import Iterator
@@ -20,8 +19,16 @@ from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
 
 configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-vllm-")))
-# In-process engine core: tests drive `step()` themselves and inspect the scheduler.
-os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+@pytest.fixture(scope="package", autouse=True)
+def in_process_engine_core() -> Iterator[None]:
+    """Engine core in the test process: tests drive `step()` themselves and inspect the scheduler.
+    Restored afterwards, so that tests elsewhere get vLLM's default."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        yield
+
 
 MEDIA_SIZE = 224  # image -> 64 placeholder tokens; 8-frame video -> 256
 VIDEO_FRAMES = 8

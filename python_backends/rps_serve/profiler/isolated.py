@@ -44,7 +44,6 @@ class EncoderTimer:
 
 def profiling_engine(model: Path, max_model_len: int) -> tuple[Any, EncoderTimer]:
     """An engine whose core and worker live in this process, with the whole prompt in one step."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the timer must reach the model runner
     from vllm import LLMEngine
 
     args = engine_args(
@@ -55,7 +54,16 @@ def profiling_engine(model: Path, max_model_len: int) -> tuple[Any, EncoderTimer
         enable_prefix_caching=False,
         distributed_executor_backend="uni",
     )
-    engine = LLMEngine.from_engine_args(args)
+    # The timer must reach the model runner: engine core in this process (read when the engine is made).
+    previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        engine = LLMEngine.from_engine_args(args)
+    finally:
+        if previous is None:
+            del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
     runner = engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     return engine, EncoderTimer(runner)
 
