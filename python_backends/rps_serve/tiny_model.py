@@ -164,6 +164,7 @@ def build_tiny_model(out: Path, spec: TinyModelSpec) -> None:
             merge_size=MERGE,
             temporal_patch_size=TEMPORAL,
             do_sample_frames=False,
+            num_frames=spec.video_frames,  # read by the Triton preprocess step to sample videos
         ),
         tokenizer=tokenizer,
         chat_template=CHAT_TEMPLATE,
