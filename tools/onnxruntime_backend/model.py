@@ -24,7 +24,9 @@ class TritonPythonModel:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         self.inputs = [(i["name"], pb_utils.triton_string_to_numpy(i["data_type"])) for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
 
@@ -33,11 +35,16 @@ class TritonPythonModel:
         for request in requests:
             try:
                 feeds = {
-                    name: pb_utils.get_input_tensor_by_name(request, name).as_numpy().astype(dtype, copy=False)
+                    name: pb_utils.get_input_tensor_by_name(request, name)
+                    .as_numpy()
+                    .astype(dtype, copy=False)
                     for name, dtype in self.inputs
                 }
                 results = self.session.run(self.outputs, feeds)
-                tensors = [pb_utils.Tensor(n, np.ascontiguousarray(r)) for n, r in zip(self.outputs, results)]
+                tensors = [
+                    pb_utils.Tensor(n, np.ascontiguousarray(r))
+                    for n, r in zip(self.outputs, results, strict=True)
+                ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except Exception as error:  # one bad request must not fail the others in the batch
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))

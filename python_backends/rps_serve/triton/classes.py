@@ -42,9 +42,8 @@ def supplied_class(get: p.TensorGetter) -> ClassInfo | None:
     if level is None or level.size == 0:
         return None
     if distances is None or cost is None or distances.ndim != 2 or cost.shape != (1, cols.NUM_COST_COLUMNS):
-        raise p.BadRequest(
-            f"'{p.CLASS_LEVEL}' needs '{p.CLASS_DISTANCES}' [1, k] and '{p.COST}' [1, {cols.NUM_COST_COLUMNS}]"
-        )
+        shape = f"[1, {cols.NUM_COST_COLUMNS}]"
+        raise p.BadRequest(f"'{p.CLASS_LEVEL}' needs '{p.CLASS_DISTANCES}' [1, k] and '{p.COST}' {shape}")
     num_classes = int(distances.shape[1])
     value = int(level.reshape(-1)[0])
     if not 0 <= value < num_classes:

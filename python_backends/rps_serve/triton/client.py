@@ -32,10 +32,10 @@ def encode_video(frames: np.ndarray, fps: float = 8.0) -> bytes:
     """RGB uint8 frames [F, H, W, 3] as MP4 (MPEG-4 Part 2) file bytes."""
     import cv2
 
-    count, height, width = frames.shape[:3]
+    height, width = frames.shape[1:3]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "video.mp4"
-        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"mp4v"), fps, (width, height))
         if not writer.isOpened():
             raise RuntimeError("OpenCV cannot write MP4 here")
         for frame in frames:
@@ -163,4 +163,3 @@ class StreamClient:
     def close(self, cancel_requests: bool = False) -> None:
         self.client.stop_stream(cancel_requests=cancel_requests)
         self.client.close()
-

@@ -109,7 +109,7 @@ def _read_frames(capture: Any, limits: MediaLimits) -> list[np.ndarray]:
     if total > limits.max_video_frames:
         raise BadRequest(f"video has {total} frames; the limit is {limits.max_video_frames}")
     if total <= 0:  # the container does not say: decode everything, within the limit
-        frames = []
+        frames: list[np.ndarray] = []
         while (ok := capture.grab()) and len(frames) <= limits.max_video_frames:
             frames.append(capture.retrieve()[1])
         if ok:

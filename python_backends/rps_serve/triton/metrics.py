@@ -34,7 +34,8 @@ class ClassMetrics:
             created = family(name=name, description=description, kind=kind)
             self._families.append(created)
             return {
-                c: created.Metric(labels={"model": model, "rps_class": c.label}, **extra) for c in RequestClass
+                c: created.Metric(labels={"model": model, "rps_class": c.label}, **extra)
+                for c in RequestClass
             }
 
         self._requests = metrics("rps_requests_total", "Requests handed to the engine", family.COUNTER)
@@ -65,7 +66,12 @@ class ClassMetrics:
     def close(self) -> None:
         """Drop the metrics before their families: the other order crashes the stub at shutdown."""
         for series in (
-            self._requests, self._queue, self._wait_total, self._wait, self._preemptions, self._cancelled
+            self._requests,
+            self._queue,
+            self._wait_total,
+            self._wait,
+            self._preemptions,
+            self._cancelled,
         ):
             if series is not None:
                 series.clear()

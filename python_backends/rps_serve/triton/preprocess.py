@@ -52,10 +52,12 @@ class Preprocessor:
         images = decode_images(request.images, self.limits)
         if video_frames is None and request.video is not None:
             video_frames = decode_video(request.video, self.limits)
+        video_shape = None
+        if video_frames is not None:
+            frames, height, width = video_frames.shape[:3]
+            video_shape = (frames, height, width)
         count = self.counter.count(
-            request.prompt,
-            [(image.height, image.width) for image in images],
-            None if video_frames is None else video_frames.shape[:3],
+            request.prompt, [(image.height, image.width) for image in images], video_shape
         )
         features = request_features(count, len(images), video_frames is not None)
         return PreparedRequest(request, images, video_frames, features)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.triton.protocol import BadRequest

@@ -9,6 +9,7 @@ isolated mode and finds the virtualenv only through `PATH`, so the venv's bin go
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -161,7 +162,9 @@ def local_server(
                 if process.poll() is not None:
                     raise ServerFailed(f"tritonserver exited with {process.returncode}; see {log_path}")
                 if time.monotonic() > deadline:
-                    raise ServerFailed(f"tritonserver not ready after {ready_timeout_s:.0f} s; see {log_path}")
+                    raise ServerFailed(
+                        f"tritonserver not ready after {ready_timeout_s:.0f} s; see {log_path}"
+                    )
                 time.sleep(1.0)
             yield endpoints
         finally:
@@ -177,8 +180,6 @@ def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
         except subprocess.TimeoutExpired:
             logger.warning("tritonserver did not stop within %.0f s; killing it", grace_s)
     # The stubs and vLLM's engine process share the server's session: end any that outlived it.
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()

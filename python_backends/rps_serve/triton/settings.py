@@ -32,7 +32,7 @@ class ServingSettings:
     cost_model: Path | None
     rps: dict[str, Any] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
-    media: MediaLimits = MediaLimits()
+    media: MediaLimits = field(default_factory=MediaLimits)
 
     def engine_kwargs(self) -> dict[str, Any]:
         """`AsyncEngineArgs` keyword arguments: the engine arguments plus the scheduler for the policy."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from vllm.exceptions import VLLMClientError
 
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.triton import protocol as p
@@ -51,7 +52,7 @@ def sampling_params(parameters: dict[str, Any], info: ClassInfo) -> Any:
         parameters["extra_args"] = {**(parameters.get("extra_args") or {}), **info.extra_args()}
     try:
         return SamplingParams(**parameters)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, VLLMClientError) as error:
         raise p.BadRequest(f"invalid '{p.SAMPLING_PARAMETERS}': {error}") from None
 
 
@@ -108,11 +109,13 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         try:
             await self._generate(request, sender)
-        except p.BadRequest as error:
+        except (p.BadRequest, VLLMClientError) as error:  # the request's fault, e.g. a prompt too long
             sender.send(error_response(pb_utils, str(error), invalid_argument=True), flags=FINAL)
         except Exception as error:
             logger.exception("vllm_model failed on a request")
-            sender.send(error_response(pb_utils, f"vllm_model failed: {error}", invalid_argument=False), flags=FINAL)
+            sender.send(
+                error_response(pb_utils, f"vllm_model failed: {error}", invalid_argument=False), flags=FINAL
+            )
 
     async def _generate(self, request: Any, sender: Any) -> None:
         arrival = time.monotonic()
@@ -144,7 +147,9 @@ class TritonPythonModel:
                 text = progress.text if parsed.exclude_input_in_output else parsed.prompt + progress.text
                 sender.send(self._response(text, progress, info), flags=FINAL)
         finally:
-            self.metrics.ended(info.request_class, progress.preemptions, progress.first_token, progress.cancelled)
+            self.metrics.ended(
+                info.request_class, progress.preemptions, progress.first_token, progress.cancelled
+            )
 
     def _record(self, output: Any, progress: _Progress, info: ClassInfo, arrival: float) -> None:
         completion = output.outputs[0]
