@@ -41,7 +41,7 @@ model-repository: $(ONNX)
 # Replays a mixed text/image/video workload through tritonclient against the local tritonserver,
 # once under vLLM's FCFS and once under RPS, and prints TTFT per modality.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve demo --out $(OUT)/demo
+	$(BIN)/rps-serve --verbose demo --out $(OUT)/demo
 
 serve: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve serve
