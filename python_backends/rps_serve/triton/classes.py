@@ -52,8 +52,9 @@ def supplied_class(get: p.TensorGetter) -> ClassInfo | None:
 
 
 class ClassEstimator:
-    """For requests sent straight to vllm_model: the engine classifies them itself, from the same
-    features and the same ONNX models, so this reproduces its verdict for outputs and metrics."""
+    """For requests sent straight to vllm_model, which the engine classifies itself: the class the same
+    ONNX models give for the features counted here, for the outputs and the metrics. (The engine counts
+    tokens with vLLM's processor; the two counts agree for the models served here.)"""
 
     def __init__(self, cost_model: OnnxCostModel | None) -> None:
         self._model = cost_model

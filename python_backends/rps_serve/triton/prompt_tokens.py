@@ -50,6 +50,7 @@ class PromptTokenCounter:
                 f"({self.processor.image_token!r}, {self.processor.video_token!r}) but the request carries "
                 f"{len(image_sizes)} images and {videos} videos"
             )
+        # The processor's own sizing rule, the one vLLM uses to lay out placeholders.
         expanded = self.processor._get_num_multimodal_tokens(
             image_sizes=[list(s) for s in image_sizes] or None,
             video_sizes=None if video_shape is None else [list(video_shape)],

@@ -79,7 +79,9 @@ def prepare_server_tree(workdir: Path) -> Path:
     stub = source / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.is_file():
         raise FileNotFoundError(f"nvidia-pytriton has no Python-backend stub for Python {version}")
-    shutil.copy2(stub, tree / "backends" / "python" / stub.name)
+    target = tree / "backends" / "python" / stub.name
+    if not target.is_file() or target.stat().st_size != stub.stat().st_size:
+        shutil.copy2(stub, target)  # not over a running stub ("text file busy")
     if not ONNX_STAND_IN.is_file():
         raise FileNotFoundError(f"{ONNX_STAND_IN} is missing: run from a checkout of the repository")
     onnx_backend = tree / "backends" / "onnxruntime"
