@@ -4,9 +4,10 @@ As in NVIDIA's vLLM backend, `execute` hands each request to an asyncio loop run
 thread and returns at once; the coroutine streams the engine's outputs back through the request's
 response sender and always ends with a final response or an error. A request cancelled by its client
 is aborted in the engine when its next output arrives (through an ensemble, Triton 2.51 passes a
-cancellation on only between steps, so it does not reach a request this model is already streaming). The class travels from the ensemble as tensors and reaches the RPS
-scheduler in `SamplingParams.extra_args`; requests sent here directly carry none, and the engine
-classifies them itself.
+cancellation on only between steps, so it does not reach a request this model is already streaming).
+The class travels from the ensemble as tensors and reaches the RPS scheduler in
+`SamplingParams.extra_args`; requests sent here directly carry none, and the engine classifies them
+itself.
 """
 
 from __future__ import annotations
