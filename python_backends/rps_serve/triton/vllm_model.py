@@ -101,7 +101,6 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.engine.shutdown()
-        self.engine = None  # its __del__ would shut it down again during interpreter teardown
         self.metrics.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
