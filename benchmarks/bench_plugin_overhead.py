@@ -4,7 +4,7 @@ For each backlog size, a full engine (every sequence slot busy decoding) holds t
 requests (real vLLM `Request` objects, mixed text/image/video), and the engine steps normally; the
 wall time of every `schedule()` call is recorded. This is the steady state in which a scheduler
 matters: a long queue behind a full batch. Needs a tiny model:
-`rps-serve make-tiny-model out/tiny && python benchmarks/bench_plugin_overhead.py out/tiny`.
+`make tiny-model && python benchmarks/bench_plugin_overhead.py build/tiny-qwen2-vl`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -152,8 +153,8 @@ def _profile(args: argparse.Namespace) -> int:
 
     from rps_serve.profiler.isolated import IsolatedProfiler, profiling_engine
     from rps_serve.profiler.plan import ProfilePlan
+    from rps_serve.tiny_model import TinyModelSpec
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-    from rps_serve.vllm_plugin.replay import MediaShape
 
     done = sum(1 for _ in read_records(args.out)) if args.out.exists() else 0
     if done and not args.resume:
@@ -163,7 +164,7 @@ def _profile(args: argparse.Namespace) -> int:
     configure_cpu_engine_environment(args.out.parent / ".vllm")
     engine, timer = profiling_engine(args.model, args.max_model_len)
     profiler = IsolatedProfiler(
-        engine, timer, MediaShape.of_model(args.model), plan.output_tokens, args.seed + done
+        engine, timer, TinyModelSpec.load(args.model), plan.output_tokens, args.seed + done
     )
     for warm_up in plan.items()[:2]:  # first calls pay one-off initialization
         profiler.run(warm_up)
@@ -207,6 +208,67 @@ def _trace(args: argparse.Namespace) -> int:
     trace = generate_trace(mix_by_name(args.mix), args.rate, args.requests, args.seed, args.burst_cv)
     write_trace(args.out, trace)
     print(f"wrote {len(trace)} requests over {trace.arrival_s[-1]:.1f} s to {args.out}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
+    from rps_serve.triton.server import local_server
+    from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
+    from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+
+    if ensure_cost_models(args.repository):
+        print(f"trained the cost models into {args.repository}")
+    env = {POLICY_ENV: args.policy} if args.policy else {}
+    if args.model:
+        env[MODEL_ENV] = str(args.model.resolve())
+    elif ensure_tiny_model(TINY_MODEL):
+        print(f"built the tiny model into {TINY_MODEL}")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    configure_cpu_engine_environment(args.workdir.resolve() / "vllm")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"starting tritonserver on {args.repository} (log: {args.workdir / 'tritonserver.log'})")
+    with local_server(args.repository, args.workdir.resolve()) as endpoints:
+        print(
+            f"ready: gRPC {endpoints.grpc_url}, HTTP {endpoints.http_url}, metrics {endpoints.metrics_url}"
+            " (Ctrl-C stops)",
+            flush=True,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from rps_serve.bench.demo import DemoConfig, run_demo, save_results, ttft_table
+    from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
+
+    ensure_cost_models(args.repository)
+    model = args.model or TINY_MODEL
+    if args.model is None:
+        ensure_tiny_model(TINY_MODEL)
+    config = DemoConfig(
+        repository=args.repository,
+        model=model,
+        out=args.out,
+        policies=[p.strip() for p in args.policies.split(",") if p.strip()],
+        mix=args.mix,
+        rate=args.rate,
+        requests=args.requests,
+        seed=args.seed,
+    )
+    print(
+        f"replaying {config.requests} {config.mix} requests at {config.rate:g}/s through rps_ensemble, "
+        f"once per policy ({', '.join(config.policies)}), each on a fresh tritonserver"
+    )
+    records = run_demo(config)
+    print(ttft_table(records))
+    json_path, plot_path = save_results(records, config)
+    print(f"wrote {json_path} and {plot_path}")
     return 0
 
 
@@ -328,6 +390,29 @@ def _parser() -> argparse.ArgumentParser:
     _add_workload_arguments(trace)
     trace.add_argument("--out", type=Path, required=True)
     trace.set_defaults(handler=_trace)
+    serve = commands.add_parser("serve", help="run the model repository on a local tritonserver (127.0.0.1)")
+    serve.add_argument("--repository", type=Path, default=Path("model_repository"), help="model repository")
+    serve.add_argument(
+        "--model", type=Path, help="model directory (default: model.json's, the tiny model, built if missing)"
+    )
+    serve.add_argument("--policy", choices=[p.value for p in Policy], help="override model.json's policy")
+    serve.add_argument("--workdir", type=Path, default=Path("build/serve"), help="server tree, sockets, log")
+    serve.set_defaults(handler=_serve)
+
+    demo = commands.add_parser(
+        "demo", help="replay a mixed workload through the local tritonserver under FCFS and RPS"
+    )
+    demo.add_argument("--repository", type=Path, default=Path("model_repository"))
+    demo.add_argument(
+        "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
+    )
+    demo.add_argument("--policies", default="fcfs,rps", help="comma-separated; one server run each")
+    demo.add_argument("--mix", default="mixed-iii", choices=list(MIXES))
+    demo.add_argument("--rate", type=float, default=2.0, help="mean arrival rate, requests per second")
+    demo.add_argument("--requests", type=int, default=120)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", type=Path, default=Path("out/demo"), help="results, plot and server logs")
+    demo.set_defaults(handler=_demo)
     return parser
 
 

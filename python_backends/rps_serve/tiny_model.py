@@ -13,6 +13,8 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rps_serve.requests import Modality
+
 logger = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = [
@@ -25,6 +27,7 @@ SPECIAL_TOKENS = [
     "<|video_pad|>",
 ]
 PATCH, MERGE, TEMPORAL = 14, 2, 2
+SPEC_FILE = "rps_tiny_model.json"
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -57,6 +60,23 @@ class TinyModelSpec:
             raise ValueError(f"image and video sizes must be multiples of {unit}")
         if self.video_frames % TEMPORAL:
             raise ValueError(f"video frames must be a multiple of {TEMPORAL}")
+
+    @classmethod
+    def load(cls, model: Path) -> TinyModelSpec:
+        """The spec a model directory was built with (`SPEC_FILE`, written by `build_tiny_model`)."""
+        spec_file = model / SPEC_FILE
+        if not spec_file.is_file():
+            raise FileNotFoundError(
+                f"{spec_file} not found: build the model with `rps-serve make-tiny-model`"
+            )
+        raw = json.loads(spec_file.read_text())
+        return cls(**{name: raw[name] for name in cls.__dataclass_fields__})
+
+    def placeholder_tokens(self, modality: Modality) -> int:
+        """Placeholder tokens the model's processor makes of one item of `modality`."""
+        return {Modality.TEXT: 0, Modality.IMAGE: self.image_tokens, Modality.VIDEO: self.video_tokens}[
+            modality
+        ]
 
     @property
     def image_tokens(self) -> int:
@@ -164,12 +184,13 @@ def build_tiny_model(out: Path, spec: TinyModelSpec) -> None:
             merge_size=MERGE,
             temporal_patch_size=TEMPORAL,
             do_sample_frames=False,
+            num_frames=spec.video_frames,  # read by the Triton preprocess step to sample videos
         ),
         tokenizer=tokenizer,
         chat_template=CHAT_TEMPLATE,
     )
     processor.save_pretrained(out)
-    (out / "rps_tiny_model.json").write_text(
+    (out / SPEC_FILE).write_text(
         json.dumps(
             {**asdict(spec), "image_tokens": spec.image_tokens, "video_tokens": spec.video_tokens}, indent=2
         )

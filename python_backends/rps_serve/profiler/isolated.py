@@ -16,9 +16,9 @@ from rps_serve.profiler.plan import ProfileItem
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
+from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import request_features
 from rps_serve.vllm_plugin.engine import engine_args
-from rps_serve.vllm_plugin.replay import MediaShape
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
 
@@ -72,7 +72,7 @@ class IsolatedProfiler:
     """Profiles one request at a time: nothing else is in the engine while a request runs."""
 
     def __init__(
-        self, engine: Any, timer: EncoderTimer, media: MediaShape, output_tokens: int, seed: int
+        self, engine: Any, timer: EncoderTimer, media: TinyModelSpec, output_tokens: int, seed: int
     ) -> None:
         self._engine, self._timer, self._media = engine, timer, media
         self._scheduler = engine.engine_core.engine_core.scheduler

@@ -14,8 +14,9 @@ import numpy as np
 
 from rps_serve.metrics import RequestRecords, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
+from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.engine import engine_args
-from rps_serve.vllm_plugin.replay import ClassLabeler, MediaShape, build_requests, replay
+from rps_serve.vllm_plugin.replay import ClassLabeler, build_requests, replay
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import generate_trace
 
@@ -76,7 +77,7 @@ def _pool(runs: Sequence[RequestRecords]) -> RequestRecords:
 def run_ab(config: ABConfig) -> dict[str, Any]:
     """Every policy `repeats` times, interleaved (fcfs, rps, fcfs, rps, ...), on the same trace with
     fresh prompts and media per run; results pooled per policy, in `rps-serve simulate`'s JSON shape."""
-    media = MediaShape.of_model(config.model)
+    media = TinyModelSpec.load(config.model)
     labeler = ClassLabeler(config.cost_model)
     trace = generate_trace(
         mix_by_name(config.mix), config.rate, config.requests, config.seed, config.burst_cv

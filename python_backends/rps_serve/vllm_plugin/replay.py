@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass
@@ -16,45 +15,13 @@ from rps_serve.cost.classifier import naive_level
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
+from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
 from rps_serve.workload.trace import Trace
 
-TINY_MODEL_SPEC = "rps_tiny_model.json"
 TOKENS_PER_WORD = 1.1  # filler words, tiny model tokenizer (measured by `rps-serve profile`)
-
-
-@dataclass(frozen=True)
-class MediaShape:
-    """What the served model turns media into: frame sizes and placeholder tokens per item."""
-
-    image_size: int
-    image_tokens: int
-    video_size: int
-    video_frames: int
-    video_tokens: int
-
-    @classmethod
-    def of_model(cls, model: Path) -> MediaShape:
-        spec_file = model / TINY_MODEL_SPEC
-        if not spec_file.is_file():
-            raise FileNotFoundError(
-                f"{spec_file} not found: replay needs a model built by `rps-serve make-tiny-model`"
-            )
-        spec = json.loads(spec_file.read_text())
-        return cls(
-            spec["image_size"],
-            spec["image_tokens"],
-            spec["video_size"],
-            spec["video_frames"],
-            spec["video_tokens"],
-        )
-
-    def placeholder_tokens(self, modality: Modality) -> int:
-        return {Modality.TEXT: 0, Modality.IMAGE: self.image_tokens, Modality.VIDEO: self.video_tokens}[
-            modality
-        ]
 
 
 @dataclass(frozen=True)
@@ -82,7 +49,7 @@ class ClassLabeler:
 
 
 def build_requests(
-    trace: Trace, media: MediaShape, labeler: ClassLabeler, max_text_tokens: int, seed: int
+    trace: Trace, media: TinyModelSpec, labeler: ClassLabeler, max_text_tokens: int, seed: int
 ) -> list[ReplayRequest]:
     """Fresh prompts and media for every request of `trace`, sized for the served model.
 

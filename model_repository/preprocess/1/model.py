@@ -1,0 +1,10 @@
+"""Triton entry point of `preprocess`; the model lives in rps_serve.triton.preprocess_model."""
+
+import locale
+
+# The Python-backend stub starts with an ASCII locale; torch, transformers and vLLM need UTF-8.
+locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+
+from rps_serve.triton.preprocess_model import TritonPythonModel  # noqa: E402
+
+__all__ = ["TritonPythonModel"]

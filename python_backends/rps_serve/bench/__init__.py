@@ -1,0 +1,1 @@
+"""Load generation against the Triton server and the FCFS-vs-RPS demo."""

@@ -1,0 +1,1 @@
+"""The code behind `model_repository/`: request parsing, media, engine setup, metrics, local server."""

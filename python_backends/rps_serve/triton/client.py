@@ -1,0 +1,165 @@
+"""Client side of the repository's interface with tritonclient: encoding media, building inputs,
+streaming generation over gRPC and collecting the responses."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rps_serve.triton import protocol as p
+
+
+def encode_image(pixels: np.ndarray, quality: int = 90) -> bytes:
+    """An RGB uint8 array as JPEG file bytes."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def encode_video(frames: np.ndarray, fps: float = 8.0) -> bytes:
+    """RGB uint8 frames [F, H, W, 3] as MP4 (MPEG-4 Part 2) file bytes."""
+    import cv2
+
+    height, width = frames.shape[1:3]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "video.mp4"
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"mp4v"), fps, (width, height))
+        if not writer.isOpened():
+            raise RuntimeError("OpenCV cannot write MP4 here")
+        for frame in frames:
+            writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+        writer.release()
+        return path.read_bytes()
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generate request as a client sends it."""
+
+    prompt: str
+    images: tuple[bytes, ...] = ()  # encoded image files
+    video: bytes | None = None  # an encoded video file
+    sampling_parameters: Mapping[str, Any] = field(default_factory=dict)
+    stream: bool = True
+    exclude_input_in_output: bool = True
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        def strings(*values: bytes) -> np.ndarray:
+            return np.array(list(values), dtype=np.object_)
+
+        tensors = {
+            p.TEXT_INPUT: strings(self.prompt.encode("utf-8")),
+            p.STREAM: np.array([self.stream]),
+            p.SAMPLING_PARAMETERS: strings(json.dumps(dict(self.sampling_parameters)).encode()),
+            p.EXCLUDE_INPUT_IN_OUTPUT: np.array([self.exclude_input_in_output]),
+        }
+        if self.images:
+            tensors[p.IMAGE] = strings(*(base64.b64encode(image) for image in self.images))
+        if self.video is not None:
+            tensors[p.VIDEO] = strings(base64.b64encode(self.video))
+        return tensors
+
+
+def infer_inputs(module: Any, tensors: Mapping[str, np.ndarray | bytes]) -> list[Any]:
+    """tritonclient InferInputs (`module` is tritonclient.grpc or tritonclient.http)."""
+    from tritonclient.utils import np_to_triton_dtype
+
+    inputs = []
+    for name, value in tensors.items():
+        array = np.asarray(value)
+        dtype = "BYTES" if array.dtype == np.object_ else np_to_triton_dtype(array.dtype)
+        tensor = module.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+@dataclass
+class StreamResult:
+    """What came back for one request: streamed chunks, the outputs of the first response, the error."""
+
+    chunks: list[str] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    first_response_s: float | None = None  # client clock (time.monotonic) of the first non-empty response
+    done_s: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+
+class StreamClient:
+    """One gRPC stream carrying many concurrent requests; results are collected by request id."""
+
+    def __init__(self, url: str) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self._module = grpcclient
+        self.client = grpcclient.InferenceServerClient(url)
+        self.results: dict[str, StreamResult] = {}
+        self._done: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.unattributed_errors: list[str] = []
+        self.client.start_stream(callback=self._on_response)
+
+    def _on_response(self, result: Any, error: Any) -> None:
+        now = time.monotonic()
+        if error is not None:
+            # Stream errors do not say which request failed: they are attributed only when one
+            # request is outstanding (send requests that may fail on a stream of their own).
+            with self._lock:
+                pending = [r for r, done in self._done.items() if not done.is_set()]
+                if len(pending) != 1:
+                    self.unattributed_errors.append(str(error))
+                    return
+                entry = self.results[pending[0]]
+                entry.error, entry.done_s = str(error), now
+                self._done[pending[0]].set()
+            return
+        response = result.get_response()
+        request_id = response.id
+        entry = self.results[request_id]
+        text = result.as_numpy(p.TEXT_OUTPUT)
+        if text is not None:
+            if entry.first_response_s is None:
+                entry.first_response_s = now
+                for output in response.outputs:
+                    entry.outputs[output.name] = result.as_numpy(output.name)
+            entry.chunks.extend(t.decode("utf-8", "replace") for t in text.reshape(-1))
+        final = response.parameters.get("triton_final_response")
+        if final is not None and final.bool_param:
+            entry.done_s = now
+            self._done[request_id].set()
+
+    def submit(self, model: str, request_id: str, tensors: Mapping[str, np.ndarray]) -> None:
+        with self._lock:
+            self.results[request_id] = StreamResult()
+            self._done[request_id] = threading.Event()
+        self.client.async_stream_infer(
+            model,
+            infer_inputs(self._module, tensors),
+            request_id=request_id,
+            enable_empty_final_response=True,
+        )
+
+    def wait(self, request_id: str, timeout_s: float = 600.0) -> StreamResult:
+        if not self._done[request_id].wait(timeout_s):
+            raise TimeoutError(f"request {request_id} got no final response within {timeout_s:.0f} s")
+        return self.results[request_id]
+
+    def close(self, cancel_requests: bool = False) -> None:
+        self.client.stop_stream(cancel_requests=cancel_requests)
+        self.client.close()

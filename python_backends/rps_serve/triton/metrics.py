@@ -1,0 +1,96 @@
+"""Per-class metrics of the vllm_model on Triton's Prometheus endpoint (custom metrics API).
+
+Where they are measured: the RPS scheduler runs in vLLM's engine-core process, out of reach of the
+Triton model, so the model measures what it can see for each request, whose class it knows:
+- `rps_requests_total`: requests handed to the engine;
+- `rps_queue_depth`: requests in the engine that have not produced their first token yet
+  (waiting in the class queue or in prefill);
+- `rps_wait_seconds` (histogram) and `rps_wait_seconds_total`: from arrival at vllm_model to the
+  first token;
+- `rps_preemptions_total`: the engine's preemptions of the class's requests (vLLM reports them per
+  request in `RequestOutput.metrics`), counted when the request ends;
+- `rps_cancelled_total`: requests the client cancelled mid-flight, aborted in the engine.
+Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rps_serve.requests import RequestClass
+
+WAIT_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
+
+
+class ClassMetrics:
+    """One series per class for each metric; `pb_utils` is the Python backend's utility module."""
+
+    def __init__(self, pb_utils: Any, model: str) -> None:
+        family = pb_utils.MetricFamily
+        # A family must outlive its metrics, or updating them fails.
+        self._families: list[Any] = []
+
+        def metrics(name: str, description: str, kind: Any, **extra: Any) -> dict[RequestClass, Any]:
+            created = family(name=name, description=description, kind=kind)
+            self._families.append(created)
+            return {
+                c: created.Metric(labels={"model": model, "rps_class": c.label}, **extra)
+                for c in RequestClass
+            }
+
+        self._requests = metrics("rps_requests_total", "Requests handed to the engine", family.COUNTER)
+        self._queue = metrics(
+            "rps_queue_depth", "Requests in the engine waiting for their first token", family.GAUGE
+        )
+        self._wait_total = metrics(
+            "rps_wait_seconds_total", "Seconds from arrival to first token, summed", family.COUNTER
+        )
+        # Histograms came to the Python backend's metrics API after some Triton releases.
+        self._wait = (
+            metrics(
+                "rps_wait_seconds",
+                "Seconds from arrival to first token",
+                family.HISTOGRAM,
+                buckets=WAIT_BUCKETS_S,
+            )
+            if hasattr(family, "HISTOGRAM")
+            else None
+        )
+        self._preemptions = metrics(
+            "rps_preemptions_total", "Engine preemptions of the class's requests", family.COUNTER
+        )
+        self._cancelled = metrics(
+            "rps_cancelled_total", "Requests cancelled by the client and aborted", family.COUNTER
+        )
+
+    def close(self) -> None:
+        """Drop the metrics before their families: the other order crashes the stub at shutdown."""
+        for series in (
+            self._requests,
+            self._queue,
+            self._wait_total,
+            self._wait,
+            self._preemptions,
+            self._cancelled,
+        ):
+            if series is not None:
+                series.clear()
+        self._families.clear()
+
+    def admitted(self, cls: RequestClass) -> None:
+        self._requests[cls].increment(1)
+        self._queue[cls].increment(1)
+
+    def first_token(self, cls: RequestClass, wait_s: float) -> None:
+        self._queue[cls].increment(-1)
+        self._wait_total[cls].increment(wait_s)
+        if self._wait is not None:
+            self._wait[cls].observe(wait_s)
+
+    def ended(self, cls: RequestClass, preemptions: int, got_first_token: bool, cancelled: bool) -> None:
+        if not got_first_token:
+            self._queue[cls].increment(-1)
+        if preemptions:
+            self._preemptions[cls].increment(preemptions)
+        if cancelled:
+            self._cancelled[cls].increment(1)

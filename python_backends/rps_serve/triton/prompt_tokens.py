@@ -1,0 +1,68 @@
+"""Prompt and placeholder token counts of a request, by the model's own processor.
+
+The prompt is tokenized once; every image or video marker in it expands to as many placeholder
+tokens as the processor gives the medium at its size, which is what vLLM will allocate KV cache for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.triton.protocol import BadRequest
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    prompt_tokens: int  # placeholders included
+    placeholder_tokens: int
+
+
+class PromptTokenCounter:
+    """Counts tokens with the processor saved beside the model (`AutoProcessor`)."""
+
+    def __init__(self, model: Path) -> None:
+        from transformers import AutoProcessor
+
+        self.processor = AutoProcessor.from_pretrained(str(model))
+        tokenizer = self.processor.tokenizer
+        self._tokenizer = tokenizer
+        self._image_marker = tokenizer.convert_tokens_to_ids(self.processor.image_token)
+        self._video_marker = tokenizer.convert_tokens_to_ids(self.processor.video_token)
+
+    @property
+    def video_frames(self) -> int | None:
+        """Frames per video the model's video processor asks for, if it says."""
+        frames = getattr(self.processor.video_processor, "num_frames", None)
+        return int(frames) if frames else None
+
+    def count(
+        self, prompt: str, image_sizes: list[tuple[int, int]], video_shape: tuple[int, int, int] | None
+    ) -> TokenCount:
+        """`image_sizes` as (height, width); `video_shape` as (frames, height, width)."""
+        ids: list[int] = self._tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        image_markers, video_markers = ids.count(self._image_marker), ids.count(self._video_marker)
+        videos = 0 if video_shape is None else 1
+        if image_markers != len(image_sizes) or video_markers != videos:
+            raise BadRequest(
+                f"the prompt has {image_markers} image and {video_markers} video placeholders "
+                f"({self.processor.image_token!r}, {self.processor.video_token!r}) but the request carries "
+                f"{len(image_sizes)} images and {videos} videos"
+            )
+        # The processor's own sizing rule, the one vLLM uses to lay out placeholders.
+        expanded = self.processor._get_num_multimodal_tokens(
+            image_sizes=[list(s) for s in image_sizes] or None,
+            video_sizes=None if video_shape is None else [list(video_shape)],
+        )
+        placeholders = sum(getattr(expanded, "num_image_tokens", None) or []) + sum(
+            getattr(expanded, "num_video_tokens", None) or []
+        )
+        markers = image_markers + video_markers
+        return TokenCount(len(ids) - markers + placeholders, placeholders)
+
+
+def request_features(count: TokenCount, images: int, video: bool) -> RequestFeatures:
+    """The cost model's view of a request: its heaviest medium and its token counts."""
+    modality = Modality.VIDEO if video else Modality.IMAGE if images else Modality.TEXT
+    return RequestFeatures(modality, count.prompt_tokens, count.placeholder_tokens)

@@ -1,0 +1,124 @@
+"""The request interface of the repository's models: tensor names, and parsing into a validated request.
+
+Inputs follow NVIDIA's vLLM backend (`text_input`, `image` as base64 strings, `stream`,
+`sampling_parameters` as JSON, `exclude_input_in_output`) and add `video` (base64 of a video file).
+Parsing takes a tensor getter, so the same code serves every model and runs without Triton in tests.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+TEXT_INPUT = "text_input"
+IMAGE = "image"
+VIDEO = "video"
+VIDEO_FRAMES = "video_frames"  # decoded, sampled frames [F, H, W, 3] uint8 (preprocess -> vllm_model)
+STREAM = "stream"
+SAMPLING_PARAMETERS = "sampling_parameters"
+EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
+
+# preprocess outputs
+PROMPT = "prompt"
+FEATURES = "features"
+
+# vllm_model inputs that carry the class computed by the ensemble
+CLASS_LEVEL = "rps_class_level"  # int64 [1]
+CLASS_DISTANCES = "rps_class_distances"  # float32 [1, k]: its width is the number of classes
+COST = "rps_cost"  # float32 [1, 3]: the Impact Estimator's output
+
+# vllm_model / ensemble outputs
+TEXT_OUTPUT = "text_output"
+FINISH_REASON = "finish_reason"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_OUTPUT_TOKENS = "num_output_tokens"
+RPS_CLASS = "rps_class"
+EST_PREFILL_S = "est_prefill_s"
+
+TensorGetter = Callable[[str], np.ndarray | None]
+
+
+class BadRequest(ValueError):
+    """A request the server refuses; the message is sent back to the client as the error."""
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """A parsed request. Media is still encoded: `images` and `video` hold the decoded base64 bytes."""
+
+    prompt: str
+    images: tuple[bytes, ...] = ()
+    video: bytes | None = None
+    stream: bool = False
+    sampling_parameters: Mapping[str, Any] = field(default_factory=dict)
+    exclude_input_in_output: bool = False
+
+
+def _strings(value: np.ndarray) -> list[bytes]:
+    return [v if isinstance(v, bytes) else str(v).encode() for v in value.reshape(-1)]
+
+
+def _one_string(get: TensorGetter, name: str) -> bytes | None:
+    value = get(name)
+    if value is None or value.size == 0:
+        return None
+    items = _strings(value)
+    if len(items) != 1:
+        raise BadRequest(f"'{name}' must hold one element, got {len(items)}")
+    return items[0]
+
+
+def _flag(get: TensorGetter, name: str, default: bool) -> bool:
+    value = get(name)
+    if value is None or value.size == 0:
+        return default
+    if value.size != 1:
+        raise BadRequest(f"'{name}' must hold one boolean, got {value.size} elements")
+    return bool(value.reshape(-1)[0])
+
+
+def _base64(data: bytes, what: str) -> bytes:
+    try:
+        return binascii.a2b_base64(data, strict_mode=True)
+    except (binascii.Error, ValueError) as error:
+        raise BadRequest(f"{what} is not valid base64: {error}") from None
+
+
+def parse_sampling_parameters(raw: bytes | None) -> dict[str, Any]:
+    """The JSON object of sampling parameters; an absent or empty value means vLLM's defaults."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise BadRequest(f"'{SAMPLING_PARAMETERS}' is not valid JSON: {error}") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest(f"'{SAMPLING_PARAMETERS}' must be a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+def parse_request(get: TensorGetter) -> GenerateRequest:
+    """Validate the request's tensors; raises `BadRequest` with a message for the client."""
+    text = _one_string(get, TEXT_INPUT)
+    if text is None:
+        raise BadRequest(f"'{TEXT_INPUT}' is required")
+    try:
+        prompt = text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(f"'{TEXT_INPUT}' is not UTF-8") from None
+    image_tensor = get(IMAGE)
+    images = () if image_tensor is None else _strings(image_tensor)
+    video = _one_string(get, VIDEO)
+    return GenerateRequest(
+        prompt=prompt,
+        images=tuple(_base64(image, f"image {i}") for i, image in enumerate(images)),
+        video=None if video is None else _base64(video, "video"),
+        stream=_flag(get, STREAM, default=False),
+        sampling_parameters=parse_sampling_parameters(_one_string(get, SAMPLING_PARAMETERS)),
+        exclude_input_in_output=_flag(get, EXCLUDE_INPUT_IN_OUTPUT, default=False),
+    )

@@ -1,0 +1,187 @@
+"""A local Triton Inference Server (the binary in the nvidia-pytriton wheel) bound to 127.0.0.1.
+
+The wheel's tree is copied once into a writable directory, where the Python-backend stub for this
+interpreter and the ONNX Runtime stand-in (`tools/onnxruntime_backend/model.py`) are added: the
+bundle has no ONNX Runtime backend, and Triton serves a `backends/<name>/model.py` as a Python-based
+backend, so a repository written for the real backend loads unchanged. The stub runs its Python in
+isolated mode and finds the virtualenv only through `PATH`, so the venv's bin goes first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+ONNX_STAND_IN = REPO_ROOT / "tools" / "onnxruntime_backend" / "model.py"
+LOCALHOST = "127.0.0.1"
+# Room for a decoded video in one shared-memory region instead of growing it 1 MB at a time.
+PYTHON_SHM_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"{LOCALHOST}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{LOCALHOST}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{LOCALHOST}:{self.metrics_port}/metrics"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOCALHOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _pytriton_tree() -> Path:
+    try:
+        import pytriton
+    except ImportError as error:
+        raise FileNotFoundError("nvidia-pytriton is not installed: run `make setup`") from error
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def prepare_server_tree(workdir: Path) -> Path:
+    """A writable copy of the wheel's tritonserver tree with this Python's stub and the ONNX stand-in."""
+    source = _pytriton_tree()
+    tree = workdir / "tritonserver"
+    if not (tree / "bin" / "tritonserver").is_file():
+        shutil.copytree(source, tree, dirs_exist_ok=True)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = source / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise FileNotFoundError(f"nvidia-pytriton has no Python-backend stub for Python {version}")
+    target = tree / "backends" / "python" / stub.name
+    if not target.is_file() or target.stat().st_size != stub.stat().st_size:
+        shutil.copy2(stub, target)  # not over a running stub ("text file busy")
+    if not ONNX_STAND_IN.is_file():
+        raise FileNotFoundError(f"{ONNX_STAND_IN} is missing: run from a checkout of the repository")
+    onnx_backend = tree / "backends" / "onnxruntime"
+    onnx_backend.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ONNX_STAND_IN, onnx_backend / "model.py")
+    return tree
+
+
+def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment tritonserver and its stubs need: venv first on PATH, the wheel's libraries."""
+    libs = Path(sysconfig.get_paths()["purelib"]) / "nvidia_pytriton.libs"
+    libpython = sysconfig.get_config_var("LIBDIR") or ""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(libs), libpython, env.get("LD_LIBRARY_PATH", "")) if p
+    )
+    env.update(extra or {})
+    return env
+
+
+def server_command(tree: Path, repository: Path, endpoints: Endpoints) -> list[str]:
+    return [
+        str(tree / "bin" / "tritonserver"),
+        f"--model-repository={repository}",
+        f"--backend-directory={tree / 'backends'}",
+        f"--http-address={LOCALHOST}",
+        f"--http-port={endpoints.http_port}",
+        f"--grpc-address={LOCALHOST}",
+        f"--grpc-port={endpoints.grpc_port}",
+        "--allow-metrics=true",
+        "--allow-gpu-metrics=false",
+        "--allow-cpu-metrics=false",
+        f"--metrics-address={LOCALHOST}",
+        f"--metrics-port={endpoints.metrics_port}",
+        f"--backend-config=python,shm-default-byte-size={PYTHON_SHM_BYTES}",
+        f"--backend-config=python,shm-growth-byte-size={PYTHON_SHM_BYTES}",
+        "--log-info=true",
+        # In-flight requests at shutdown belong to clients that are gone or will see the error.
+        "--exit-timeout-secs=10",
+    ]
+
+
+def _ready(endpoints: Endpoints) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{endpoints.http_url}/v2/health/ready", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+class ServerFailed(RuntimeError):
+    """tritonserver exited or did not become ready."""
+
+
+@contextmanager
+def local_server(
+    repository: Path,
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    log_file: Path | None = None,
+    ready_timeout_s: float = 900.0,
+) -> Iterator[Endpoints]:
+    """Run tritonserver on `repository` until the block exits; yields its endpoints once ready."""
+    tree = prepare_server_tree(workdir)
+    endpoints = Endpoints(free_port(), free_port(), free_port())
+    log_path = log_file or workdir / "tritonserver.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            server_command(tree, repository.resolve(), endpoints),
+            env=server_environment(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        logger.info("tritonserver pid %d, log %s", process.pid, log_path)
+        try:
+            deadline = time.monotonic() + ready_timeout_s
+            while not _ready(endpoints):
+                if process.poll() is not None:
+                    raise ServerFailed(f"tritonserver exited with {process.returncode}; see {log_path}")
+                if time.monotonic() > deadline:
+                    raise ServerFailed(
+                        f"tritonserver not ready after {ready_timeout_s:.0f} s; see {log_path}"
+                    )
+                time.sleep(1.0)
+            yield endpoints
+        finally:
+            _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
+    """SIGTERM lets Triton unload models (and vLLM shut its engine down); kill what is left after that."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("tritonserver did not stop within %.0f s; killing it", grace_s)
+    # The stubs and vLLM's engine process share the server's session: end any that outlived it.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()

@@ -1,0 +1,77 @@
+"""What the repository's models are configured with: `vllm_model/model.json`, with environment overrides.
+
+model.json holds the model path, the scheduling policy, the cost-model repository, the RPS scheduler's
+settings, vLLM engine arguments and the media limits. Relative paths are taken from the model
+repository's root, so a fresh checkout works wherever it lies. `RPS_MODEL` and `RPS_POLICY` override
+the model and the policy (`rps-serve serve --model/--policy` sets them); `RPS_ENGINE_ARGS` (JSON)
+overrides engine arguments key by key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rps_serve.scheduling.parameters import Policy
+from rps_serve.triton.media import MediaLimits
+from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
+
+SETTINGS_FILE = Path("vllm_model") / "model.json"
+MODEL_ENV = "RPS_MODEL"
+POLICY_ENV = "RPS_POLICY"
+ENGINE_ARGS_ENV = "RPS_ENGINE_ARGS"
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    model: Path
+    policy: Policy
+    cost_model: Path | None
+    rps: dict[str, Any] = field(default_factory=dict)
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    media: MediaLimits = field(default_factory=MediaLimits)
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """`AsyncEngineArgs` keyword arguments: the engine arguments plus the scheduler for the policy."""
+        return {
+            **self.engine_args,
+            "model": str(self.model),
+            # Per-request stats (preemptions) reach RequestOutput.metrics only with stats on.
+            "disable_log_stats": False,
+            **scheduler_engine_kwargs(self.policy, cost_model=self.cost_model, **self.rps),
+        }
+
+
+def _path(value: str, repository: Path) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else (repository / path).resolve()
+
+
+def load_settings(repository: Path, environ: dict[str, str] | None = None) -> ServingSettings:
+    env = os.environ if environ is None else environ
+    file = repository / SETTINGS_FILE
+    try:
+        raw = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {file}: {error}") from None
+    engine_args = dict(raw.get("engine_args", {}))
+    if env.get(ENGINE_ARGS_ENV):
+        engine_args.update(json.loads(env[ENGINE_ARGS_ENV]))
+    model = _path(env.get(MODEL_ENV) or raw["model"], repository)
+    if not (model / "config.json").is_file():
+        raise ValueError(
+            f"no model at {model}: build the tiny model with `make tiny-model`, or set {MODEL_ENV} "
+            "(`rps-serve serve --model DIR`)"
+        )
+    cost_model = raw.get("cost_model")
+    return ServingSettings(
+        model=model,
+        policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
+        cost_model=None if cost_model is None else _path(cost_model, repository),
+        rps=dict(raw.get("rps", {})),
+        engine_args=engine_args,
+        media=MediaLimits.from_mapping(raw.get("media", {})),
+    )

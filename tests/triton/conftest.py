@@ -1,0 +1,82 @@
+"""A real tritonserver (nvidia-pytriton's binary) serving a copy of `model_repository/` with a real
+vLLM engine on a tiny random Qwen2-VL; one server per test module."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.requests import Modality
+from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
+from rps_serve.triton.client import Generation, encode_image, encode_video
+from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
+from rps_serve.triton.server import Endpoints, local_server
+from rps_serve.triton.settings import MODEL_ENV
+from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+from rps_serve.workload.media import random_image, random_video
+from rps_serve.workload.prompts import chat_prompt, filler_text
+
+# 224x224 image -> 64 placeholder tokens; videos are sampled to 8 frames of 224x224 -> 256.
+SPEC = TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video_frames=8)
+
+
+@dataclass(frozen=True)
+class Server:
+    endpoints: Endpoints
+    repository: Path
+
+    def cost_model(self) -> OnnxCostModel:
+        return OnnxCostModel.from_repository(self.repository)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    work = tmp_path_factory.mktemp("triton")
+    model = work / "tiny-qwen2-vl"
+    build_tiny_model(model, SPEC)
+    repository = work / "model_repository"
+    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
+    ensure_cost_models(repository)
+    configure_cpu_engine_environment(work / "vllm")
+    # The engine core must be its own process under AsyncLLM, whatever other tests set.
+    env = {MODEL_ENV: str(model), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    with local_server(repository, work, env=env) as endpoints:
+        yield Server(endpoints, repository)
+
+
+class Requests:
+    """Fresh prompts and media for every request: no two share a prefix or an image."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.media_rng = np.random.default_rng(seed)
+
+    def make(self, modality: Modality, max_tokens: int = 8, stream: bool = True) -> Generation:
+        prompt = chat_prompt(filler_text(20, self.rng), modality)
+        images: tuple[bytes, ...] = ()
+        video = None
+        if modality is Modality.IMAGE:
+            images = (encode_image(random_image(SPEC.image_size, SPEC.image_size, self.media_rng)),)
+        elif modality is Modality.VIDEO:
+            # Twice the frames the model takes: preprocess samples them down.
+            frames = random_video(2 * SPEC.video_frames, SPEC.video_size, SPEC.video_size, self.media_rng)
+            video = encode_video(frames)
+        return Generation(
+            prompt,
+            images,
+            video,
+            sampling_parameters={"max_tokens": max_tokens, "ignore_eos": True},
+            stream=stream,
+        )
+
+
+@pytest.fixture(scope="module")
+def requests() -> Requests:
+    return Requests()

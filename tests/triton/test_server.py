@@ -1,0 +1,193 @@
+"""End to end: tritonserver -> rps_ensemble (preprocess, ONNX cost models, vllm_model) -> vLLM."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from rps_serve.cost import features as cols
+from rps_serve.requests import Modality, RequestClass, RequestFeatures
+from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_video, infer_inputs
+from rps_serve.workload.media import random_video
+from tests.triton.conftest import SPEC, Requests, Server
+
+ENSEMBLE = "rps_ensemble"
+LABELS = {c.label for c in RequestClass}
+PLACEHOLDERS = {Modality.TEXT: 0, Modality.IMAGE: SPEC.image_tokens, Modality.VIDEO: SPEC.video_tokens}
+
+
+def run(server: Server, model: str, generation: Generation) -> StreamResult:
+    """Send one request on a stream of its own and wait for its final response or error."""
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        client.submit(model, "r", generation.tensors())
+        return client.wait("r")
+    finally:
+        client.close()
+
+
+def preprocess_features(server: Server, generation: Generation) -> np.ndarray:
+    client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+    result = client.infer("preprocess", infer_inputs(grpcclient, generation.tensors()))
+    features: np.ndarray = result.as_numpy("features")
+    return features
+
+
+def scrape_metrics(server: Server) -> dict[tuple[str, str], float]:
+    """(metric, class) -> value for the rps_* series of vllm_model."""
+    with urllib.request.urlopen(server.endpoints.metrics_url) as reply:
+        text = reply.read().decode()
+    values = {}
+    for line in text.splitlines():
+        match = re.match(r'(rps_\w+)\{.*rps_class="(\w+)".*\} ([-0-9.e+]+)$', line)
+        if match:
+            values[(match[1], match[2])] = float(match[3])
+    return values
+
+
+@pytest.mark.parametrize("modality", list(Modality), ids=lambda m: m.value)
+def test_ensemble_streams_and_classifies(server: Server, requests: Requests, modality: Modality) -> None:
+    generation = requests.make(modality, max_tokens=8)
+    features = preprocess_features(server, generation)
+    assert features[0, cols.MODALITY] == modality.index
+    assert features[0, cols.MODALITY_TOKENS] == PLACEHOLDERS[modality]
+
+    result = run(server, ENSEMBLE, generation)
+
+    assert result.error is None
+    assert len(result.chunks) == 8  # one streamed response per generated token
+    verdict = server.cost_model().assess(
+        [RequestFeatures(modality, int(features[0, cols.PROMPT_TOKENS]), PLACEHOLDERS[modality])]
+    )[0]
+    expected = RequestClass.for_level(verdict.level, server.cost_model().num_classes).label
+    assert result.outputs["rps_class"][0].decode() == expected
+    assert result.outputs["est_prefill_s"][0] == pytest.approx(verdict.estimate.prefill_s, rel=1e-5)
+
+
+def test_http_generate(server: Server, requests: Requests) -> None:
+    generation = requests.make(Modality.TEXT, max_tokens=5, stream=False)
+    body = {
+        "text_input": generation.prompt,
+        "stream": False,
+        "exclude_input_in_output": True,
+        "sampling_parameters": json.dumps(generation.sampling_parameters),
+    }
+    request = urllib.request.Request(
+        f"http://{server.endpoints.http_url}/v2/models/{ENSEMBLE}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request) as reply:
+        answer = json.loads(reply.read())
+    assert answer["text_output"]
+    assert answer["rps_class"] in LABELS
+
+
+def test_vllm_model_directly_with_a_video(server: Server, requests: Requests) -> None:
+    """Without the ensemble's class tensors the engine classifies; the model still reports the class."""
+    generation = replace(
+        requests.make(Modality.VIDEO, max_tokens=4), stream=False, exclude_input_in_output=False
+    )
+
+    features = preprocess_features(server, generation)
+
+    result = run(server, "vllm_model", generation)
+
+    assert result.error is None
+    outputs = result.outputs
+    assert result.text.startswith(generation.prompt)  # the prompt is kept unless excluded
+    assert outputs["num_output_tokens"][0] == 4
+    assert outputs["finish_reason"][0] == b"length"
+    # vLLM's token count is the one preprocess computed with the model's processor.
+    assert outputs["num_input_tokens"][0] == features[0, cols.PROMPT_TOKENS]
+    assert outputs["rps_class"][0].decode() in LABELS
+
+
+def test_cancelling_a_stream_aborts_the_request(server: Server, requests: Requests) -> None:
+    """Sent to vllm_model: Triton 2.51's ensembles pass a cancellation on only between steps, so one
+    that arrives while the last step streams never reaches it (README, what the tests do not cover)."""
+    before = scrape_metrics(server)
+    client = StreamClient(server.endpoints.grpc_url)
+    client.submit("vllm_model", "long", requests.make(Modality.TEXT, max_tokens=4000).tensors())
+    while not client.results["long"].chunks:
+        time.sleep(0.05)
+    label = client.results["long"].outputs["rps_class"][0].decode()
+    client.close(cancel_requests=True)
+
+    key = ("rps_cancelled_total", label)
+    deadline = time.monotonic() + 120
+    while scrape_metrics(server).get(key, 0) <= before.get(key, 0):
+        assert time.monotonic() < deadline, "the engine request was not aborted"
+        time.sleep(0.5)
+    assert run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=2)).error is None
+
+
+def bad_requests(requests: Requests) -> dict[str, tuple[Generation, str]]:
+    """Each bad request and a fragment of the error it must get."""
+    corrupt = replace(requests.make(Modality.IMAGE), images=(b"\xff\xd8\xff" + bytes(range(256)) * 8,))
+    # More frames than model.json's media.max_video_frames allows (tiny frames keep it small).
+    long_video = encode_video(random_video(1801, 16, 16, np.random.default_rng(1)), fps=30)
+    oversized = replace(requests.make(Modality.VIDEO), video=long_video)
+    bad_json = requests.make(Modality.TEXT)
+    bad_value = replace(requests.make(Modality.TEXT), sampling_parameters={"max_tokens": -3})
+    return {
+        "corrupt image": (corrupt, "image 0 cannot be decoded"),
+        "oversized video": (oversized, "frames; the limit is 1800"),
+        "bad json": (bad_json, "is not valid JSON"),
+        "bad sampling value": (bad_value, "invalid 'sampling_parameters'"),
+    }
+
+
+def test_bad_requests_get_errors_while_good_ones_complete(server: Server, requests: Requests) -> None:
+    good = StreamClient(server.endpoints.grpc_url)
+    for i, modality in enumerate([Modality.VIDEO, Modality.TEXT, Modality.IMAGE]):
+        good.submit(ENSEMBLE, f"good{i}", requests.make(modality, max_tokens=16).tensors())
+    bad: dict[str, tuple[StreamClient, str]] = {}
+    for name, (generation, message) in bad_requests(requests).items():
+        client = StreamClient(server.endpoints.grpc_url)
+        tensors: dict[str, Any] = generation.tensors()
+        if name == "bad json":
+            tensors["sampling_parameters"] = np.array([b'{"max_tokens": 4,'], dtype=np.object_)
+        client.submit(ENSEMBLE, name, tensors)
+        bad[name] = (client, message)
+
+    for name, (client, message) in bad.items():
+        result = client.wait(name)
+        client.close()
+        assert result.error is not None, name
+        assert message in result.error, (name, result.error)
+    for i in range(3):
+        result = good.wait(f"good{i}")
+        assert result.error is None
+        assert len(result.chunks) == 16
+    good.close()
+
+
+def test_per_class_metrics(server: Server, requests: Requests) -> None:
+    assert run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=2)).error is None
+    metrics = scrape_metrics(server)
+    for name in ("rps_requests_total", "rps_queue_depth", "rps_wait_seconds_total", "rps_preemptions_total"):
+        for cls in RequestClass:
+            assert (name, cls.label) in metrics, (name, cls.label)
+    assert sum(metrics[("rps_requests_total", c.label)] for c in RequestClass) >= 2
+    assert all(metrics[("rps_queue_depth", c.label)] == 0 for c in RequestClass)
+    assert metrics[("rps_wait_seconds_total", "sand")] > 0
+
+
+def test_base64_is_checked(server: Server, requests: Requests) -> None:
+    generation = requests.make(Modality.TEXT)
+    tensors = generation.tensors()
+    tensors["image"] = np.array([b"not base64!"], dtype=np.object_)
+    client = StreamClient(server.endpoints.grpc_url)
+    client.submit(ENSEMBLE, "b64", tensors)
+    result = client.wait("b64")
+    client.close()
+    assert result.error is not None and "base64" in result.error
