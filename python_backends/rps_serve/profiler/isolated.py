@@ -6,7 +6,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,3 @@ class IsolatedProfiler:
             prefill_s=max(first_step_s - encoder_s, 0.0),
             output_tokens=output_tokens,
         )
-
-    def run_all(self, items: list[ProfileItem]) -> Iterator[ProfileRecord]:
-        for item in items:
-            yield self.run(item)

@@ -112,7 +112,7 @@ def fit_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine]:
         if len(rows) < 2:
             raise ValueError(f"profile has {len(rows)} {modality.value} records; need at least 2")
         tokens = np.array([r.prompt_tokens for r in rows], dtype=np.float64)
-        seconds = np.array([r.encoder_s + r.prefill_s for r in rows])
+        seconds = np.array([r.admission_s for r in rows])
         slope, intercept = np.polyfit(tokens, seconds, 1)
         lines[modality] = PrefillLine(float(intercept), float(slope))
     return lines

@@ -15,8 +15,9 @@ import numpy as np
 from rps_serve.metrics import RequestRecords, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.engine import engine_args
-from rps_serve.vllm_plugin.replay import ClassLabeler, build_requests, replay
+from rps_serve.vllm_plugin.replay import build_requests, replay
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import generate_trace
 

@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rps_serve.cost.classifier import naive_level
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.requests import Modality, RequestFeatures
@@ -42,23 +44,39 @@ def supplied_level(request: Any, num_levels: int) -> int | None:
     return level
 
 
+class ClassLabeler:
+    """Class levels from request features: the ONNX cost model when given, otherwise the modality."""
+
+    def __init__(self, cost_model: Path | None) -> None:
+        self._model = OnnxCostModel.from_repository(cost_model) if cost_model else None
+        self.num_levels = self._model.num_classes if self._model else NAIVE_LEVELS
+        self.kind = "ONNX cost model" if self._model else "modality (naive)"
+
+    def levels(self, modality: np.ndarray, prompt_tokens: np.ndarray, visual: np.ndarray) -> np.ndarray:
+        """Levels of requests given as parallel arrays: `Modality.index`, prompt and placeholder tokens."""
+        if self._model is None:
+            return np.array([naive_level(Modality.from_index(int(m))) for m in modality], dtype=np.int64)
+        features = np.column_stack([modality, prompt_tokens, visual]).astype(np.float32)
+        return self._model.classify(self._model.cost(features))
+
+
 class EngineClassifier:
     """Maps a vLLM request to its class level; the caller's class wins over the engine's estimate."""
 
     def __init__(self, config: RPSConfig) -> None:
-        self._model = (
-            OnnxCostModel.from_repository(Path(config.cost_model))
-            if config.cost_model and not config.naive
-            else None
-        )
-        self.num_levels = self._model.num_classes if self._model else NAIVE_LEVELS
-        self.kind = "ONNX cost model" if self._model else "modality (naive)"
+        cost_model = Path(config.cost_model) if config.cost_model and not config.naive else None
+        self._labeler = ClassLabeler(cost_model)
+        self.num_levels = self._labeler.num_levels
+        self.kind = self._labeler.kind
 
     def level(self, request: Any) -> int:
         supplied = supplied_level(request, self.num_levels)
         if supplied is not None:
             return supplied
         features = request_features(request)
-        if self._model is None:
-            return naive_level(features.modality)
-        return self._model.assess([features])[0].level
+        levels = self._labeler.levels(
+            np.array([features.modality.index]),
+            np.array([features.prompt_tokens]),
+            np.array([features.modality_tokens]),
+        )
+        return int(levels[0])

@@ -6,16 +6,14 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rps_serve.cost.classifier import naive_level
-from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
@@ -29,23 +27,8 @@ class ReplayRequest:
     arrival_s: float
     modality: Modality
     prompt: dict[str, Any]
-    prompt_tokens: int  # estimated: text tokens plus placeholders
     max_tokens: int
     level: int
-
-
-class ClassLabeler:
-    """The class the serving path would attach: ONNX cost model when given, otherwise by modality."""
-
-    def __init__(self, cost_model: Path | None) -> None:
-        self._model = OnnxCostModel.from_repository(cost_model) if cost_model else None
-        self.num_levels = self._model.num_classes if self._model else len(Modality)
-
-    def levels(self, modality: np.ndarray, prompt_tokens: np.ndarray, visual: np.ndarray) -> np.ndarray:
-        if self._model is None:
-            return np.array([naive_level(Modality.from_index(int(m))) for m in modality], dtype=np.int64)
-        features = np.column_stack([modality, prompt_tokens, visual]).astype(np.float32)
-        return self._model.classify(self._model.cost(features))
 
 
 def build_requests(
@@ -65,8 +48,7 @@ def build_requests(
         np.where(visual > 0, trace.prompt_tokens - trace.modality_tokens, trace.prompt_tokens),
         max_text_tokens,
     )
-    prompt_tokens = text_tokens + visual
-    levels = labeler.levels(modality, prompt_tokens, visual)
+    levels = labeler.levels(modality, text_tokens + visual, visual)
     requests = []
     for i in range(len(trace)):
         kind = Modality.from_index(int(modality[i]))
@@ -85,7 +67,6 @@ def build_requests(
                 float(trace.arrival_s[i]),
                 kind,
                 prompt,
-                int(prompt_tokens[i]),
                 int(trace.output_tokens[i]),
                 int(levels[i]),
             )
