@@ -87,6 +87,17 @@ def test_a_long_prompt_is_prefilled_in_budget_sized_chunks() -> None:
     assert result.steps == 3
 
 
+def test_an_item_larger_than_the_token_budget_is_encoded_in_one_step() -> None:
+    # vLLM's encoder budget is at least the largest multimodal item, so a small token budget only
+    # chunks the prefill; one item per step, so the second video waits for the next step.
+    config = EngineConfig(kv_capacity_tokens=100_000, max_num_batched_tokens=2048)
+    work = _work([0.0, 0.0], [3100, 3100], [1, 1], [2, 2], visual=[3000, 3000])
+    steps: list[StepRecord] = []
+    result = _engine(work, Policy.FCFS, config, steps=steps).run()
+    assert np.isfinite(result.finish_s).all()
+    assert all(step.scheduled_tokens <= 2048 for step in steps)
+
+
 def _full_steps(policy: Policy) -> np.ndarray:
     # Prompts fill a whole step each, so one request is admitted per step in queue order.
     work = _work([0.0, 0.001, 0.002, 0.003, 0.004], [8192] * 5, [1] * 5, [2, 2, 1, 0, 0])

@@ -120,8 +120,8 @@ class Engine:
             raise ValueError(
                 f"a request needs {longest} KV tokens; the cache holds {config.kv_capacity_tokens}"
             )
-        if int(np.max(work.modality_tokens, initial=0)) > config.max_num_batched_tokens:
-            raise ValueError("a request's modality tokens exceed the encoder budget (max_num_batched_tokens)")
+        # vLLM sizes the encoder budget to fit the largest multimodal item even above the token budget.
+        self.encoder_budget = max(config.max_num_batched_tokens, int(np.max(work.modality_tokens, initial=0)))
         self.now = 0.0
         self.computed = np.zeros(n, dtype=np.int64)
         self.generated = np.zeros(n, dtype=np.int64)
@@ -251,7 +251,7 @@ class Engine:
         tokens: list[int] = []
         removed = np.zeros(len(self.running), dtype=bool)
         evicted: set[int] = set()
-        encoder_budget = config.max_num_batched_tokens
+        encoder_budget = self.encoder_budget
         seqs = len(self.running)
         while budget > 0 and self.queues:
             request = self.queues.peek()
