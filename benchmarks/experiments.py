@@ -1,7 +1,7 @@
 """The paper's experiments on the simulator, one command each; prints Markdown tables, writes JSON.
 
 Run: `python benchmarks/experiments.py NAME [--requests N] [--out DIR]` with NAME one of
-done-when, ttft-breakdown, load, ablations, mixes, classes, baselines, goodput (or `all`).
+done-when, ttft-breakdown, load, ablations, mixes, classes, baselines, goodput, starvation (or `all`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.scheduling.parameters import Policy
 from rps_serve.sim.breakdown import ttft_parts
 from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import tp_speedup
 from rps_serve.sim.plots import plot_latency_vs_load
 from rps_serve.sim.run import SimulationConfig, prepare, run_policy, run_simulation
+from rps_serve.sim.starvation import SustainedSand, run_sustained_sand
 
 SMALL = "llava-onevision-qwen2-7b"
 LARGE = "llava-onevision-qwen2-72b"
@@ -180,6 +182,20 @@ class Experiments:
                     f"{s['severity']:.2f} | {by['text']:.3f} | {by['image']:.3f} | {by['video']:.3f} |"
                 )
 
+    def starvation(self) -> None:
+        """A rock behind steady sand that holds the KV cache: its wait against the derived bound."""
+        scenario = SustainedSand()
+        print(
+            "| policy | rock TTFT | bound W(D) + drain + 2 steps | sand max TTFT (D) |\n|---|---:|---:|---:|"
+        )
+        for policy in Policy:
+            outcome = run_sustained_sand(policy, scenario)
+            print(
+                f"| {policy.value} | {outcome.rock_ttft_s:.1f} s | {outcome.bound_s:.1f} s"
+                f" | {outcome.sand_max_ttft_s:.2f} s |"
+            )
+        print(f"\nsand stops at {scenario.sand_until_s} s; the rock arrived at {scenario.rock_arrival_s} s")
+
 
 def main() -> None:
     experiments: dict[str, Callable[[Experiments], None]] = {
@@ -191,6 +207,7 @@ def main() -> None:
         "classes": Experiments.classes,
         "baselines": Experiments.baselines,
         "goodput": Experiments.goodput,
+        "starvation": Experiments.starvation,
     }
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("name", choices=[*experiments, "all"])

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rps_serve.requests import RequestClass
-from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy, class_ladder
+from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy, PressureSettings, class_ladder
 from rps_serve.scheduling.queues import ClassQueues
-from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats, outrank_wait_s
+from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats, outrank_wait_s, starvation_bound_s
 
 
 class Clock:
@@ -134,6 +136,80 @@ def test_waiting_pebble_or_rock_eventually_outranks_new_sand(
         queues.begin_iteration()
         order = queues.ordered()
         assert order.index("heavy") < order.index(f"sand{i}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    heavy_level=st.sampled_from([RequestClass.PEBBLES, RequestClass.ROCKS]),
+    lighter_wait_s=st.floats(0.0, 2.0),
+    lighter=st.lists(st.tuples(st.integers(0, 1), st.floats(0.0, 1.0)), min_size=1, max_size=30),
+    pressure=st.lists(
+        st.lists(st.tuples(st.integers(0, 50), st.floats(0.0, 200.0)), min_size=3, max_size=3), max_size=20
+    ),
+)
+def test_a_heavy_request_past_the_starvation_bound_outranks_every_lighter_one(
+    heavy_level: int,
+    lighter_wait_s: float,
+    lighter: list[tuple[int, float]],
+    pressure: list[list[tuple[int, float]]],
+) -> None:
+    """Lighter requests that have waited up to D, under any queue-pressure history (each class its
+    own), rank behind a heavy request that has waited `starvation_bound_s(D)`."""
+    queues, clock = _queues()
+    ladder = queues.regulator.ladder
+    bound = starvation_bound_s(ladder, heavy_level, lighter_wait_s, PressureSettings().max_boost)
+    assume(math.isfinite(bound))
+    clock.now = 1000.0 + bound
+    queues.add("heavy", heavy_level, 1000.0 * (1 - 1e-12))
+    for i, (level, fraction) in enumerate(lighter):
+        queues.add(f"light{i}", min(level, heavy_level - 1), clock.now - fraction * lighter_wait_s)
+    for stats in pressure:
+        queues.regulator.observe([QueueStats(length, age) for length, age in stats])
+    queues.now = clock.now
+    assert queues.ordered()[0] == "heavy"
+
+
+def test_the_starvation_bound_is_tight_against_sand_at_maximal_boost() -> None:
+    """Sand that has waited 1 s at boost 3 still outranks a rock just short of the bound."""
+    queues, clock = _queues()
+    bound = starvation_bound_s(queues.regulator.ladder, RequestClass.ROCKS, 1.0, 3.0)
+    queues.add("sand", RequestClass.SAND, 1000.0 - 1.0)
+    queues.add("rock", RequestClass.ROCKS, 1000.0 - 0.99 * bound)
+    # Sand's queue far older and longer than its average: boost 3; the rocks' unchanged: boost 1.
+    queues.regulator.observe([QueueStats(1, 0.0), QueueStats(0, 0.0), QueueStats(1, 0.99 * bound)])
+    queues.regulator.observe([QueueStats(50, 100.0), QueueStats(0, 0.0), QueueStats(1, 0.99 * bound)])
+    assert queues.regulator.boosts() == [3, 1, 1]
+    queues.now = clock.now = 1000.0
+    assert queues.ordered() == ["sand", "rock"]
+
+
+def test_a_rock_that_aged_past_fresh_sand_holds_the_head_until_it_leaves() -> None:
+    """Sand queued behind a rock that waits for blocks may age past it; under rps it stays behind."""
+    queues, clock = _queues()
+    bound = outrank_wait_s(PAPER_PARAMETERS[RequestClass.ROCKS], PAPER_PARAMETERS[RequestClass.SAND])
+    queues.add("rock", RequestClass.ROCKS, 0.0)
+    clock.now = 1.01 * bound
+    queues.begin_iteration()
+    assert queues.peek() == "rock"
+    queues.add("sand", RequestClass.SAND, clock.now)
+    clock.now += 3.0  # sand aged 3 s outranks the rock by score
+    queues.begin_iteration()
+    assert queues.score(RequestClass.SAND, clock.now - 3.0) < queues.score(RequestClass.ROCKS, 0.0)
+    assert queues.ordered() == ["rock", "sand"] and queues.peek() == "rock"
+    # An older rock re-queued (preempted) ranks ahead by score, but the held rock leaves first.
+    queues.add("older-rock", RequestClass.ROCKS, -1.0)
+    assert queues.pop() == "rock"
+    assert queues.ordered() == ["sand", "older-rock"]
+
+
+def test_static_priorities_hold_no_head() -> None:
+    queues, clock = _queues(Policy.STATIC)
+    queues.add("rock", RequestClass.ROCKS, 0.0)
+    clock.now = 1000.0
+    queues.begin_iteration()
+    assert queues.peek() == "rock"
+    queues.add("sand", RequestClass.SAND, clock.now)
+    assert queues.peek() == "sand"
 
 
 def test_heavy_request_does_not_outrank_fresh_sand_before_the_bound() -> None:

@@ -15,6 +15,7 @@ from rps_serve.scheduling.regulator import (
     QueueStats,
     boost_from_excess,
     outrank_wait_s,
+    starvation_bound_s,
 )
 
 SAND, PEBBLES, ROCKS = RequestClass.SAND, RequestClass.PEBBLES, RequestClass.ROCKS
@@ -103,6 +104,18 @@ def test_outrank_wait_matches_hand_computation() -> None:
         3.1130, abs=1e-3
     )
     assert outrank_wait_s(PAPER_PARAMETERS[SAND], PAPER_PARAMETERS[ROCKS]) == 0.0
+
+
+def test_starvation_bound_matches_hand_computation() -> None:
+    ladder = class_ladder(3)
+    # Fresh lighter requests: the outrank waits above; the rock's bound is set by sand, not pebbles.
+    assert starvation_bound_s(ladder, ROCKS, 0.0, 3.0) == pytest.approx(89.6146, abs=1e-3)
+    assert starvation_bound_s(ladder, SAND, 5.0, 3.0) == 0.0
+    # Sand that has waited 1 s at boost 3: A = 1 - exp(-0.15) = 0.13929; the rock needs priority
+    # 0.23929: (-ln(0.76071) / 0.00075) ** (1 / 1.1) = 364.73 ** 0.90909 = 213.3 s.
+    assert starvation_bound_s(ladder, ROCKS, 1.0, 3.0) == pytest.approx(213.31, abs=0.01)
+    # Sand that has waited 2.2 s at boost 3 has aged past 0.9: no rock can catch it up.
+    assert starvation_bound_s(ladder, ROCKS, 2.2, 3.0) == math.inf
 
 
 @pytest.mark.parametrize("num_levels", [2, 3, 4, 5])

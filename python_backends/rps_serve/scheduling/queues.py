@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from rps_serve.scheduling.parameters import Policy
 from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats
 
 T = TypeVar("T", bound=Hashable)
@@ -43,6 +44,12 @@ class ClassQueues(Generic[T]):
     Scores hold for one iteration (fixed clock and boosts): they are computed in vectorized chunks
     from the head of each class queue and cached until the next `begin_iteration()`, so taking the
     next request costs a comparison of at most one cached score per class.
+
+    Starvation guard, under rps: a request of a heavier class that has
+    aged past a lightest-class request arriving now holds the head of the order until it leaves the
+    queue. Without it, a request that waits for KV blocks held by running sand would block the sand
+    queued behind it only until that sand ages past it (p = 3.5 ages sand within a second), and
+    under a steady stream of sand it would never see the cache drain.
     """
 
     score_chunk = 4  # most steps admit a handful per class; each further handful costs one call
@@ -55,6 +62,8 @@ class ClassQueues(Generic[T]):
         self._entries: dict[T, _Entry[T]] = {}
         self._seq = itertools.count()
         self._scores: dict[int, float] = {}
+        self._guard = regulator.policy is Policy.RPS
+        self._held: _Entry[T] | None = None
         self.now = clock()
 
     def begin_iteration(self) -> list[QueueStats]:
@@ -92,6 +101,8 @@ class ClassQueues(Generic[T]):
         self._forget(entry)
 
     def _forget(self, entry: _Entry[T]) -> None:
+        if entry is self._held:
+            self._held = None
         self._arrival_sums[entry.level] -= entry.arrival_time
         if not self._queues[entry.level]:
             self._arrival_sums[entry.level] = 0.0  # drop accumulated rounding error
@@ -129,6 +140,8 @@ class ClassQueues(Generic[T]):
         self._scores.update(zip((e.seq for e in chunk), scores.tolist(), strict=True))
 
     def _best_head(self) -> _Entry[T]:
+        if self._held is not None:
+            return self._held
         best: _Entry[T] | None = None
         best_key = (math.inf, math.inf, 0)
         for queue in self._queues:
@@ -138,6 +151,8 @@ class ClassQueues(Generic[T]):
                     best, best_key = queue[0], key
         if best is None:
             raise IndexError("no request is waiting")
+        if self._guard and best.level > 0 and best_key[0] <= self.score(0, self.now):
+            self._held = best
         return best
 
     def peek(self) -> T:
@@ -146,20 +161,28 @@ class ClassQueues(Generic[T]):
 
     def pop(self) -> T:
         entry = self._best_head()
-        self._queues[entry.level].popleft()
+        queue = self._queues[entry.level]
+        if queue[0] is entry:
+            queue.popleft()
+        else:  # a held request that an older re-queued request of its class has since passed
+            queue.remove(entry)
         del self._entries[entry.item]
         self._forget(entry)
         return entry.item
 
     def ordered(self) -> list[T]:
-        """Every waiting request, best first: ascending (score, arrival, insertion)."""
+        """Every waiting request, best first: a held request, then ascending (score, arrival, insertion)."""
         entries = [entry for queue in self._queues for entry in queue]
         count = len(entries)
         levels = np.fromiter((e.level for e in entries), dtype=np.int64, count=count)
         arrivals = np.fromiter((e.arrival_time for e in entries), dtype=np.float64, count=count)
         seqs = np.fromiter((e.seq for e in entries), dtype=np.int64, count=count)
         scores = self.regulator.scores(levels, arrivals, self.now)
-        return [entries[i].item for i in np.lexsort((seqs, arrivals, scores))]
+        order = [entries[i].item for i in np.lexsort((seqs, arrivals, scores))]
+        if self._held is not None:
+            order.remove(self._held.item)
+            order.insert(0, self._held.item)
+        return order
 
     def __iter__(self) -> Iterator[T]:
         return iter(self.ordered())

@@ -104,17 +104,42 @@ class PriorityRegulator:
             return np.asarray(-np.log(self.priorities(levels, arrivals, now)))
 
 
-def outrank_wait_s(heavy: ClassParameters, light: ClassParameters) -> float:
-    """How long a `heavy` request must wait before it outranks a newly arrived `light` one under rps.
+def aging(params: ClassParameters, waiting_s: float, boost: float = 1.0) -> float:
+    """The aging term of `params`'s class after `waiting_s` seconds under `boost`."""
+    return -math.expm1(-params.k * boost * waiting_s**params.p)
+
+
+def outrank_wait_s(
+    heavy: ClassParameters, light: ClassParameters, light_wait_s: float = 0.0, light_boost: float = 1.0
+) -> float:
+    """How long a `heavy` request must wait before it outranks a `light` one that has waited
+    `light_wait_s` under boost `light_boost`, under rps.
 
     With boost 1 (the slowest aging) the heavy request outranks once
-    S_h + 1 - exp(-k_h * w^p_h) > S_l, i.e. w > (-ln(1 - (S_l - S_h)) / k_h) ** (1 / p_h).
-    Queue pressure only raises the boost, so this is an upper bound on that wait. Infinite where
-    aging cannot close the gap (S_l - S_h >= 1).
+    S_h + 1 - exp(-k_h * w^p_h) > S_l + A_l, i.e. w > (-ln(1 - (S_l + A_l - S_h)) / k_h) ** (1 / p_h),
+    A_l the light request's aging. Queue pressure only raises the heavy request's boost, so this is
+    an upper bound on that wait. Infinite where aging cannot close the gap (S_l + A_l - S_h >= 1).
     """
-    gap = light.static_priority - heavy.static_priority
+    gap = light.static_priority + aging(light, light_wait_s, light_boost) - heavy.static_priority
     if gap <= 0:
         return 0.0
     if gap >= 1:
         return math.inf
     return float((-math.log1p(-gap) / heavy.k) ** (1 / heavy.p))
+
+
+def starvation_bound_s(
+    ladder: Sequence[ClassParameters], level: int, lighter_wait_s: float, max_boost: float
+) -> float:
+    """Longest a request at the head of class `level` ranks behind a lighter request, under rps,
+    when no lighter request waits longer than `lighter_wait_s`.
+
+    Worst case: lighter classes at the maximal boost, the heavy class at boost 1. Past this wait the
+    request outranks every waiting request of a lighter class; only an older request of a heavier
+    class can still rank ahead of it. Infinite when a lighter request that has waited
+    `lighter_wait_s` is out of the heavy class's reach (static gap plus its aging >= 1).
+    """
+    heavy = ladder[level]
+    return max(
+        (outrank_wait_s(heavy, light, lighter_wait_s, max_boost) for light in ladder[:level]), default=0.0
+    )
