@@ -49,6 +49,30 @@ def test_aging_lets_a_rock_through_sustained_sand(tiny_model: Path, driver_for: 
     assert order[-1] == "young-rock"
 
 
+def test_an_aged_rock_keeps_its_turn_while_the_cache_drains(tiny_model: Path, driver_for: Any) -> None:
+    """Sand that has waited a few seconds outranks an aged rock by score, and small sand fits where
+    the rock does not; once the rock has been the head waiting for blocks it keeps its turn (the
+    starvation guard), otherwise each new sand would take the blocks that free before it."""
+    bound = outrank_wait_s(PAPER_PARAMETERS[RequestClass.ROCKS], PAPER_PARAMETERS[RequestClass.SAND])
+    engine = make_engine(
+        tiny_model, Policy.RPS, num_gpu_blocks_override=512 // BLOCK_SIZE + 1, max_model_len=512
+    )
+    scheduler = scheduler_of(engine)
+    driver = driver_for(engine)
+    for i in range(2):
+        driver.submit(f"holder{i}", Modality.TEXT, words=150, max_tokens=60)
+    driver.advance()
+    driver.submit("rock", Modality.VIDEO, arrival_time=time.time() - 1.05 * bound)
+    driver.advance()
+    assert len(scheduler.waiting) == 1, "the rock fitted at once: the test proves nothing"
+    late = [f"late{i}" for i in range(4)]
+    for request_id in late:
+        driver.submit(request_id, Modality.TEXT, words=10, arrival_time=time.time() - 3.0)
+        driver.advance()
+    driver.run()
+    assert all(driver.first_token_step["rock"] <= driver.first_token_step[r] for r in late)
+
+
 def test_sand_evicts_a_running_rock_under_kv_pressure(tiny_model: Path, driver_for: Any) -> None:
     # 16 usable blocks of 32 tokens: a ~300-token video decoding 200 tokens fills the cache.
     engine = make_engine(
