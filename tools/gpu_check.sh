@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# FCFS vs RPS on this machine's GPUs, inside the rps-serve image: for each policy a fresh tritonserver
+# on the image's model repository (RPS_POLICY selects the scheduler), the same mixed text/image/video
+# workload replayed through rps_ensemble with tritonclient's gRPC streaming, then TTFT per modality.
+#
+#   docker run --rm --gpus all --shm-size 16g rps-serve:llava-onevision-qwen2-7b tools/gpu_check.sh
+#
+# Settings (environment):
+#   MODEL      model directory to serve; default: a tiny random Qwen2-VL built here (no weights needed).
+#              The client writes Qwen-VL chat prompts (<|vision_start|><|image_pad|><|vision_end|>), so
+#              MODEL must be a Qwen-VL-format model; other formats get error responses from preprocess.
+#   RATE (4)  REQUESTS (200)  MIX (mixed-iii)  SEED (0)   the workload
+#   OUT (./gpu-check)      records, server logs
+#   REPOSITORY             model repository (default: the image's, /opt/rps-serve/model_repository)
+#   TRITONSERVER (tritonserver), TRITONSERVER_ARGS (extra flags), HTTP_PORT/GRPC_PORT/METRICS_PORT (8000-8002)
+#   READY_TIMEOUT (1800)   seconds to wait for the server to load the model
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repository=${REPOSITORY:-/opt/rps-serve/model_repository}
+out=${OUT:-./gpu-check}
+rate=${RATE:-4}
+requests=${REQUESTS:-200}
+mix=${MIX:-mixed-iii}
+seed=${SEED:-0}
+http_port=${HTTP_PORT:-8000}
+grpc_port=${GRPC_PORT:-8001}
+metrics_port=${METRICS_PORT:-8002}
+ready_timeout=${READY_TIMEOUT:-1800}
+read -r -a extra_args <<<"${TRITONSERVER_ARGS:-}"
+mkdir -p "$out"
+
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+else
+    echo "warning: nvidia-smi not found; the engine will not see a GPU" >&2
+fi
+
+engine_args=${RPS_ENGINE_ARGS:-}
+if [[ -z ${MODEL:-} ]]; then
+    MODEL=$out/tiny-qwen2-vl
+    [[ -f $MODEL/config.json ]] || rps-serve make-tiny-model "$MODEL"
+    # The image's model.json is written for its real model: fit the engine to the tiny one.
+    engine_args=${engine_args:-'{"tensor_parallel_size": 1, "max_model_len": 8192}'}
+fi
+
+server_pid=
+stop_server() {
+    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM "$server_pid"
+        wait "$server_pid" || true
+    fi
+    server_pid=
+}
+trap stop_server EXIT
+
+wait_ready() {
+    local deadline=$((SECONDS + ready_timeout))
+    until python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$http_port/v2/health/ready', timeout=2)" 2>/dev/null; do
+        if ! kill -0 "$server_pid" 2>/dev/null; then
+            echo "tritonserver exited; see $1" >&2
+            return 1
+        fi
+        if ((SECONDS > deadline)); then
+            echo "tritonserver not ready after ${ready_timeout}s; see $1" >&2
+            return 1
+        fi
+        sleep 2
+    done
+}
+
+run=0
+for policy in fcfs rps; do
+    log=$out/tritonserver-$policy.log
+    echo "$policy: starting tritonserver (log $log)"
+    RPS_POLICY=$policy RPS_MODEL=$MODEL RPS_ENGINE_ARGS=$engine_args "${TRITONSERVER:-tritonserver}" \
+        --model-repository="$repository" \
+        --http-port="$http_port" --grpc-port="$grpc_port" --metrics-port="$metrics_port" \
+        --allow-metrics=true \
+        --backend-config=python,shm-default-byte-size=67108864 \
+        --backend-config=python,shm-growth-byte-size=67108864 \
+        "${extra_args[@]}" >"$log" 2>&1 &
+    server_pid=$!
+    wait_ready "$log"
+    echo "$policy: replaying $requests requests ($mix, $rate req/s)"
+    python3 "$here/gpu_check.py" replay --url "127.0.0.1:$grpc_port" --model "$MODEL" --mix "$mix" \
+        --rate "$rate" --requests "$requests" --seed "$seed" --run "$run" --out "$out/$policy.npz"
+    stop_server
+    run=$((run + 1))
+done
+
+python3 "$here/gpu_check.py" table "$out/fcfs.npz" "$out/rps.npz"
