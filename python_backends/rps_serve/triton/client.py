@@ -93,6 +93,7 @@ class StreamResult:
     chunks: list[str] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    error_status: str | None = None  # e.g. "StatusCode.INVALID_ARGUMENT" (tritonclient's status)
     first_response_s: float | None = None  # client clock (time.monotonic) of the first non-empty response
     done_s: float | None = None
 
@@ -127,6 +128,7 @@ class StreamClient:
                     return
                 entry = self.results[pending[0]]
                 entry.error, entry.done_s = str(error), now
+                entry.error_status = str(error.status()) if hasattr(error, "status") else None
                 self._done[pending[0]].set()
             return
         response = result.get_response()
