@@ -49,8 +49,9 @@ logger = logging.getLogger(__name__)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # How often a request in flight checks whether its client cancelled it. The engine reports nothing while
-# a request waits or is prefilled, so checking only when an output arrives would run it that long for nobody.
-CANCEL_POLL_S = 0.1
+# a request waits or is prefilled, so checking only when an output arrives would run it that long for
+# nobody; each check is a round trip to the server, so not too often.
+CANCEL_POLL_S = 0.5
 SEED_MIN, SEED_END = -(2**63), 2**64  # what torch.Generator.manual_seed takes
 
 
