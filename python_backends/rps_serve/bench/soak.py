@@ -197,25 +197,20 @@ def run_soak(
                     rss_warm = sampler.rss()
                 time.sleep(max(0.0, start + at - time.monotonic()))
                 client.submit(model, f"s{row}", generation.tensors())
-            results = []
-            lost = 0
-            for row in range(len(arrivals)):
-                try:
-                    results.append(client.wait(f"s{row}", config.drain_timeout_s))
-                except TimeoutError:
-                    lost += 1
+            lost, unattributed = _wait_all(client, config.drain_timeout_s)
+            results = [client.results[f"s{row}"] for row in range(len(arrivals))]
         finally:
             client.close()
         drained_at = time.monotonic()
         metrics = _drained(endpoints, timeout_s=120.0)
         rss_end = sampler.rss()
-    errors = [r.error for r in results if r.error]
+    errors = [r.error for r in results if r.error] + unattributed
     return SoakReport(
         sustainable_rate=rate,
         offered_rate=offered,
         duration_s=config.duration_s,
         sent=len(arrivals),
-        completed=len(results) - len(errors),
+        completed=sum(r.error is None and r.done_s is not None for r in results),
         errors=len(errors),
         lost=lost,
         rss_after_warm_up_bytes=rss_warm or sampler.rss(),
@@ -230,6 +225,19 @@ def run_soak(
         drain_s=drained_at - start - config.duration_s,
         error_examples=sorted(set(errors))[:5],
     )
+
+
+def _wait_all(client: StreamClient, timeout_s: float) -> tuple[int, list[str]]:
+    """Wait until every request has ended; (requests that did not, errors the stream did not attribute).
+
+    An error on a stream shared by many requests does not say whose it is (tritonclient drops the id),
+    so a request counts as ended when it got its final response or one of those errors stands for it.
+    """
+    deadline = time.monotonic() + timeout_s
+    while len(client.pending()) > len(client.unattributed_errors) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    unattributed = list(client.unattributed_errors)
+    return max(0, len(client.pending()) - len(unattributed)), unattributed
 
 
 def _drained(endpoints: Endpoints, timeout_s: float) -> MetricsSnapshot:

@@ -93,7 +93,6 @@ class StreamResult:
     chunks: list[str] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    error_status: str | None = None  # e.g. "StatusCode.INVALID_ARGUMENT" (tritonclient's status)
     first_response_s: float | None = None  # client clock (time.monotonic) of the first non-empty response
     done_s: float | None = None
 
@@ -121,14 +120,13 @@ class StreamClient:
         if error is not None:
             # Stream errors do not say which request failed: they are attributed only when one
             # request is outstanding (send requests that may fail on a stream of their own).
+            pending = self.pending()
             with self._lock:
-                pending = [r for r, done in self._done.items() if not done.is_set()]
                 if len(pending) != 1:
                     self.unattributed_errors.append(str(error))
                     return
                 entry = self.results[pending[0]]
                 entry.error, entry.done_s = str(error), now
-                entry.error_status = str(error.status()) if hasattr(error, "status") else None
                 self._done[pending[0]].set()
             return
         response = result.get_response()
@@ -156,6 +154,11 @@ class StreamClient:
             request_id=request_id,
             enable_empty_final_response=True,
         )
+
+    def pending(self) -> list[str]:
+        """Requests without a final response (or an error attributed to them) yet."""
+        with self._lock:
+            return [r for r, done in self._done.items() if not done.is_set()]
 
     def wait(self, request_id: str, timeout_s: float = 600.0) -> StreamResult:
         if not self._done[request_id].wait(timeout_s):
