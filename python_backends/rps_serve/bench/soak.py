@@ -42,7 +42,7 @@ class SoakConfig:
     rate_factor: float = 1.5
     warm_up_fraction: float = 0.2  # memory is compared from the end of this part of the run
     calibrate_s: float = 120.0
-    calibrate_concurrency: int = 8
+    calibrate_concurrency: int = 16
     mix: str = "mixed-iii"
     seed: int = 0
     sample_s: float = 5.0
