@@ -438,7 +438,7 @@ def test_cancellation_storm_through_the_ensemble(server: Server, requests: Reque
 def test_short_overload_soak(server: Server) -> None:
     """`rps-serve soak` in small: the rate measured closed-loop, 1.5x it for 45 s, then the drain."""
     config = SoakConfig(
-        duration_s=45, calibrate_s=15, calibrate_concurrency=4, warm_up_fraction=0.3, sample_s=2, seed=3
+        duration_s=45, calibrate_s=15, calibrate_concurrency=8, warm_up_fraction=0.3, sample_s=2, seed=3
     )
     report = run_soak(server.endpoints, SPEC, config)
     print(report.to_json())
