@@ -8,7 +8,7 @@ TINY_MODEL := build/tiny-qwen2-vl
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab clean
+.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab soak clean
 
 setup: $(VENV)/.installed
 
@@ -71,6 +71,12 @@ ab: $(TINY_MODEL)/config.json
 	$(BIN)/rps-serve ab --model $(TINY_MODEL) --mix mixed-iii --rate 4 --requests 150 --repeats 3 \
 		--policies fcfs,rps --json $(OUT)/ab/rate4.json
 	$(BIN)/python benchmarks/bench_plugin_overhead.py $(TINY_MODEL)
+
+# Overload soak on the local tritonserver: 1.5x the measured sustainable rate, mixed workload, then a drain
+# (SOAK_MINUTES=20 by default; exits non-zero if a request is lost, memory grows >= 10% or KV blocks leak).
+SOAK_MINUTES ?= 20
+soak: $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/rps-serve --verbose soak --minutes $(SOAK_MINUTES) --rate-factor 1.5 --out $(OUT)/soak
 
 experiments: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/experiments.py all

@@ -272,6 +272,49 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _soak(args: argparse.Namespace) -> int:
+    from rps_serve.bench.soak import SoakConfig, run_soak
+    from rps_serve.tiny_model import TinyModelSpec
+    from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
+    from rps_serve.triton.server import local_server
+    from rps_serve.triton.settings import MODEL_ENV
+    from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+
+    ensure_cost_models(args.repository)
+    model = args.model or TINY_MODEL
+    if args.model is None:
+        ensure_tiny_model(TINY_MODEL)
+    config = SoakConfig(
+        duration_s=args.minutes * 60,
+        rate=args.rate,
+        rate_factor=args.rate_factor,
+        calibrate_s=args.calibrate_s,
+        mix=args.mix,
+        seed=args.seed,
+    )
+    workdir = (args.out / "server").resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    configure_cpu_engine_environment(workdir / "vllm")
+    env = {MODEL_ENV: str(model.resolve())}
+    print(f"starting tritonserver (log: {workdir / 'tritonserver.log'})")
+    with local_server(args.repository, workdir, env=env) as endpoints:
+        print(
+            f"soak: {config.mix} through rps_ensemble for {args.minutes:g} min at {config.rate_factor:g}x "
+            + (
+                f"{config.rate:g} req/s"
+                if config.rate
+                else f"the rate measured over {config.calibrate_s:g} s"
+            )
+        )
+        report = run_soak(endpoints, TinyModelSpec.load(model), config)
+    result = report.to_json()
+    (args.out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
+    for key, value in result.items():
+        print(f"{key:28} {value}")
+    print(f"wrote {args.out / 'soak.json'}")
+    return 1 if report.failures() else 0
+
+
 def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mix", default="mixed-iii", choices=list(MIXES), help="request-kind mix")
     parser.add_argument("--rate", type=float, required=True, help="mean arrival rate, requests per second")
@@ -413,6 +456,24 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="results, plot and server logs")
     demo.set_defaults(handler=_demo)
+
+    soak = commands.add_parser(
+        "soak", help="overload the local tritonserver with a mixed workload; check nothing is lost or leaks"
+    )
+    soak.add_argument("--repository", type=Path, default=Path("model_repository"))
+    soak.add_argument(
+        "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
+    )
+    soak.add_argument("--minutes", type=float, default=20.0, help="time under load, before the drain")
+    soak.add_argument(
+        "--rate", type=float, help="rate the server sustains, req/s (default: measured closed-loop first)"
+    )
+    soak.add_argument("--rate-factor", type=float, default=1.5, help="offered load = this x the rate")
+    soak.add_argument("--calibrate-s", type=float, default=120.0, help="how long to measure the rate")
+    soak.add_argument("--mix", default="mixed-iii", choices=list(MIXES))
+    soak.add_argument("--seed", type=int, default=0)
+    soak.add_argument("--out", type=Path, default=Path("out/soak"), help="soak.json and the server log")
+    soak.set_defaults(handler=_soak)
     return parser
 
 

@@ -3,9 +3,11 @@ vLLM engine on a tiny random Qwen2-VL; one server per test module."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.triton.client import Generation, encode_image, encode_video
 from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
 from rps_serve.triton.server import Endpoints, local_server
-from rps_serve.triton.settings import MODEL_ENV
+from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
@@ -31,24 +33,39 @@ SPEC = TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video
 class Server:
     endpoints: Endpoints
     repository: Path
+    model: Path
 
     def cost_model(self) -> OnnxCostModel:
         return OnnxCostModel.from_repository(self.repository)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@contextmanager
+def start_server(
+    tmp_path_factory: pytest.TempPathFactory, media: dict[str, int] | None = None
+) -> Iterator[Server]:
+    """A server on a copy of the repository; `media` overrides model.json's media limits."""
     work = tmp_path_factory.mktemp("triton")
     model = work / "tiny-qwen2-vl"
     build_tiny_model(model, SPEC)
     repository = work / "model_repository"
     shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
     ensure_cost_models(repository)
+    if media:
+        settings_file = repository / SETTINGS_FILE
+        settings = json.loads(settings_file.read_text())
+        settings["media"] = {**settings["media"], **media}
+        settings_file.write_text(json.dumps(settings))
     configure_cpu_engine_environment(work / "vllm")
     # The engine core must be its own process under AsyncLLM, whatever other tests set.
     env = {MODEL_ENV: str(model), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     with local_server(repository, work, env=env) as endpoints:
-        yield Server(endpoints, repository)
+        yield Server(endpoints, repository, model)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with start_server(tmp_path_factory) as running:
+        yield running
 
 
 class Requests:

@@ -37,28 +37,30 @@ def build_requests(trace: Trace, media: TinyModelSpec, seed: int) -> list[Genera
     """One fresh request per trace row: new filler text and new random pixels, so no cache hits."""
     rng = random.Random(seed)
     pixels = np.random.default_rng(seed)
-    requests = []
-    for row in range(len(trace)):
-        kind = _KINDS[int(trace.kind[row])]
-        low, high = TEXT_WORDS[kind]
-        words = int(np.clip(trace.prompt_tokens[row] - trace.modality_tokens[row], low, high))
-        images: tuple[bytes, ...] = ()
-        video = None
-        if kind is RequestKind.IMAGE:
-            images = (encode_image(random_image(media.image_size, media.image_size, pixels)),)
-        elif kind is RequestKind.VIDEO:
-            frames = random_video(media.video_frames, media.video_size, media.video_size, pixels)
-            video = encode_video(frames)
-        max_tokens = int(np.clip(trace.output_tokens[row], *OUTPUT_TOKENS))
-        requests.append(
-            Generation(
-                chat_prompt(filler_text(words, rng), kind.modality),
-                images,
-                video,
-                sampling_parameters={"max_tokens": max_tokens, "ignore_eos": True},
-            )
-        )
-    return requests
+    return [build_request(trace, row, media, rng, pixels) for row in range(len(trace))]
+
+
+def build_request(
+    trace: Trace, row: int, media: TinyModelSpec, rng: random.Random, pixels: np.random.Generator
+) -> Generation:
+    """The request of one trace row, its text and pixels drawn from `rng` and `pixels`."""
+    kind = _KINDS[int(trace.kind[row])]
+    low, high = TEXT_WORDS[kind]
+    words = int(np.clip(trace.prompt_tokens[row] - trace.modality_tokens[row], low, high))
+    images: tuple[bytes, ...] = ()
+    video = None
+    if kind is RequestKind.IMAGE:
+        images = (encode_image(random_image(media.image_size, media.image_size, pixels)),)
+    elif kind is RequestKind.VIDEO:
+        frames = random_video(media.video_frames, media.video_size, media.video_size, pixels)
+        video = encode_video(frames)
+    max_tokens = int(np.clip(trace.output_tokens[row], *OUTPUT_TOKENS))
+    return Generation(
+        chat_prompt(filler_text(words, rng), kind.modality),
+        images,
+        video,
+        sampling_parameters={"max_tokens": max_tokens, "ignore_eos": True},
+    )
 
 
 def replay(

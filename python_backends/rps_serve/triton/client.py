@@ -120,8 +120,8 @@ class StreamClient:
         if error is not None:
             # Stream errors do not say which request failed: they are attributed only when one
             # request is outstanding (send requests that may fail on a stream of their own).
+            pending = self.pending()
             with self._lock:
-                pending = [r for r, done in self._done.items() if not done.is_set()]
                 if len(pending) != 1:
                     self.unattributed_errors.append(str(error))
                     return
@@ -154,6 +154,11 @@ class StreamClient:
             request_id=request_id,
             enable_empty_final_response=True,
         )
+
+    def pending(self) -> list[str]:
+        """Requests without a final response (or an error attributed to them) yet."""
+        with self._lock:
+            return [r for r, done in self._done.items() if not done.is_set()]
 
     def wait(self, request_id: str, timeout_s: float = 600.0) -> StreamResult:
         if not self._done[request_id].wait(timeout_s):

@@ -22,8 +22,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MediaLimits:
-    """What a request may carry. Bytes are of the decoded (not base64) file; pixels are per image/frame."""
+    """What a request may carry. Bytes are of the decoded (not base64) file; pixels are per image/frame.
 
+    The prompt's limits live here too, so model.json's `media` section bounds everything a request brings.
+    """
+
+    max_text_bytes: int = 1024 * 1024  # checked before tokenizing, so a huge prompt costs nothing
+    max_prompt_tokens: int = 32768  # media placeholders included: what the KV cache must hold
+    max_output_tokens: int = 4096  # sampling_parameters' max_tokens
     max_images: int = 1
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 4096 * 4096
@@ -43,7 +49,7 @@ class MediaLimits:
 
 def decode_image(data: bytes, limits: MediaLimits, index: int = 0) -> Any:
     """A PIL RGB image; `BadRequest` if it is too large or not an image."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     if len(data) > limits.max_image_bytes:
         raise BadRequest(f"image {index} is {len(data)} bytes; the limit is {limits.max_image_bytes}")
@@ -55,10 +61,26 @@ def decode_image(data: bytes, limits: MediaLimits, index: int = 0) -> Any:
                     f"image {index} is {width}x{height}; the limit is {limits.max_image_pixels} pixels"
                 )
             return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as error:
-        if isinstance(error, BadRequest):
-            raise
-        raise BadRequest(f"image {index} cannot be decoded: {error}") from None
+    except BadRequest:
+        raise
+    # Pillow reports a malformed file as OSError, ValueError, SyntaxError, EOFError or struct.error
+    # (fuzzing found several): whatever the decoder raises on the client's bytes is a bad image.
+    except Exception as error:
+        raise BadRequest(f"image {index} cannot be decoded: {type(error).__name__}: {error}") from None
+
+
+def check_prompt_bytes(prompt: str, limits: MediaLimits) -> None:
+    size = len(prompt.encode("utf-8"))
+    if size > limits.max_text_bytes:
+        raise BadRequest(f"the prompt is {size} bytes; the limit is {limits.max_text_bytes}")
+
+
+def check_prompt_tokens(tokens: int, limits: MediaLimits) -> None:
+    if tokens > limits.max_prompt_tokens:
+        raise BadRequest(
+            f"the prompt is {tokens} tokens (media placeholders included); "
+            f"the limit is {limits.max_prompt_tokens}"
+        )
 
 
 def decode_images(images: tuple[bytes, ...], limits: MediaLimits) -> list[Any]:

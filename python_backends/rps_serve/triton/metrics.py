@@ -10,7 +10,9 @@ Triton model, so the model measures what it can see for each request, whose clas
 - `rps_preemptions_total`: the engine's preemptions of the class's requests (vLLM reports them per
   request in `RequestOutput.metrics`), counted when the request ends;
 - `rps_cancelled_total`: requests the client cancelled mid-flight, aborted in the engine.
-Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks).
+Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks), except
+`rps_kv_cache_usage` (label `model`): the engine's KV-cache usage (0-1) after its latest step, as vLLM's
+scheduler reports it, so a drained engine reads 0 unless blocks leaked.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ class ClassMetrics:
         self._cancelled = metrics(
             "rps_cancelled_total", "Requests cancelled by the client and aborted", family.COUNTER
         )
+        kv_family = family(
+            name="rps_kv_cache_usage", description="KV cache usage after the latest step", kind=family.GAUGE
+        )
+        self._families.append(kv_family)
+        self._kv_usage = kv_family.Metric(labels={"model": model})
 
     def close(self) -> None:
         """Drop the metrics before their families: the other order crashes the stub at shutdown."""
@@ -75,6 +82,7 @@ class ClassMetrics:
         ):
             if series is not None:
                 series.clear()
+        del self._kv_usage
         self._families.clear()
 
     def admitted(self, cls: RequestClass) -> None:
@@ -86,6 +94,9 @@ class ClassMetrics:
         self._wait_total[cls].increment(wait_s)
         if self._wait is not None:
             self._wait[cls].observe(wait_s)
+
+    def kv_cache_usage(self, fraction: float) -> None:
+        self._kv_usage.set(fraction)
 
     def ended(self, cls: RequestClass, preemptions: int, got_first_token: bool, cancelled: bool) -> None:
         if not got_first_token:

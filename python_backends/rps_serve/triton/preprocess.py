@@ -10,7 +10,13 @@ import numpy as np
 
 from rps_serve.cost.features import feature_matrix
 from rps_serve.requests import RequestFeatures
-from rps_serve.triton.media import MediaLimits, decode_images, decode_video
+from rps_serve.triton.media import (
+    MediaLimits,
+    check_prompt_bytes,
+    check_prompt_tokens,
+    decode_images,
+    decode_video,
+)
 from rps_serve.triton.prompt_tokens import PromptTokenCounter, request_features
 from rps_serve.triton.protocol import GenerateRequest
 
@@ -49,6 +55,7 @@ class Preprocessor:
 
     def prepare(self, request: GenerateRequest, video_frames: np.ndarray | None = None) -> PreparedRequest:
         """Decode and count. `video_frames` are frames an earlier step already decoded and sampled."""
+        check_prompt_bytes(request.prompt, self.limits)
         images = decode_images(request.images, self.limits)
         if video_frames is None and request.video is not None:
             video_frames = decode_video(request.video, self.limits)
@@ -59,5 +66,6 @@ class Preprocessor:
         count = self.counter.count(
             request.prompt, [(image.height, image.width) for image in images], video_shape
         )
+        check_prompt_tokens(count.prompt_tokens, self.limits)
         features = request_features(count, len(images), video_frames is not None)
         return PreparedRequest(request, images, video_frames, features)

@@ -3,8 +3,9 @@
 As in NVIDIA's vLLM backend, `execute` hands each request to an asyncio loop running in its own
 thread and returns at once; the coroutine streams the engine's outputs back through the request's
 response sender and always ends with a final response or an error. A request cancelled by its client
-is aborted in the engine when its next output arrives (through an ensemble, Triton 2.51 passes a
-cancellation on only between steps, so it does not reach a request this model is already streaming).
+is aborted in the engine within `CANCEL_POLL_S`, whether it is waiting, in prefill or streaming
+(through an ensemble, Triton 2.51 passes a cancellation on only between steps, so it does not reach a
+request this model is already serving: the engine finishes that one).
 The class travels from the ensemble as tensors and reaches the RPS scheduler in
 `SamplingParams.extra_args`; requests sent here directly carry none, and the engine classifies them
 itself.
@@ -13,6 +14,7 @@ itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -36,6 +38,8 @@ from rps_serve.triton.backend import (
     tensor_getter,
 )
 from rps_serve.triton.classes import ClassEstimator, ClassInfo, supplied_class
+from rps_serve.triton.engine_stats import kv_cache_usage_logger
+from rps_serve.triton.media import MediaLimits
 from rps_serve.triton.metrics import ClassMetrics
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
@@ -44,18 +48,40 @@ from rps_serve.triton.settings import load_settings
 logger = logging.getLogger(__name__)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# How often a request in flight checks whether its client cancelled it. The engine reports nothing while
+# a request waits or is prefilled, so checking only when an output arrives would run it that long for
+# nobody; each check is a round trip to the server, so not too often.
+CANCEL_POLL_S = 0.5
+SEED_MIN, SEED_END = -(2**63), 2**64  # what torch.Generator.manual_seed takes
 
 
-def sampling_params(parameters: dict[str, Any], info: ClassInfo) -> Any:
+def sampling_params(parameters: dict[str, Any], info: ClassInfo, limits: MediaLimits) -> Any:
+    """vLLM `SamplingParams` within the limits: one completion (the responses carry one) of at most
+    `max_output_tokens` tokens (vLLM reads `max_tokens: null` as "up to the context length")."""
     from vllm import SamplingParams
 
     parameters = dict(parameters)
     if info.supplied:
         parameters["extra_args"] = {**(parameters.get("extra_args") or {}), **info.extra_args()}
     try:
-        return SamplingParams(**parameters)
-    except (TypeError, ValueError, VLLMClientError) as error:
+        params = SamplingParams(**parameters)
+    except (TypeError, ValueError, OverflowError, VLLMClientError) as error:
         raise p.BadRequest(f"invalid '{p.SAMPLING_PARAMETERS}': {error}") from None
+    # Checked here because the engine-core process would fail on them, taking every request down.
+    if params.extra_args is not None and not isinstance(params.extra_args, dict):
+        raise p.BadRequest(f"'{p.SAMPLING_PARAMETERS}': extra_args must be an object")
+    if params.seed is not None and not SEED_MIN <= params.seed < SEED_END:
+        raise p.BadRequest(f"'{p.SAMPLING_PARAMETERS}': seed must be in [{SEED_MIN}, {SEED_END})")
+    if params.n != 1:
+        raise p.BadRequest(f"'{p.SAMPLING_PARAMETERS}': n must be 1, got {params.n}")
+    if params.max_tokens is None:
+        params.max_tokens = limits.max_output_tokens
+    elif params.max_tokens > limits.max_output_tokens:
+        raise p.BadRequest(
+            f"'{p.SAMPLING_PARAMETERS}': max_tokens is {params.max_tokens}; "
+            f"the limit is {limits.max_output_tokens}"
+        )
+    return params
 
 
 @dataclass
@@ -93,7 +119,9 @@ class TritonPythonModel:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        return AsyncLLM.from_engine_args(
+            AsyncEngineArgs(**kwargs), stat_loggers=[kv_cache_usage_logger(self.metrics.kv_cache_usage)]
+        )
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
@@ -125,7 +153,7 @@ class TritonPythonModel:
         frames = get(p.VIDEO_FRAMES)
         prepared = self.preprocessor.prepare(parsed, frames if frames is not None and frames.size else None)
         info = supplied_class(get) or self.classes.estimate(prepared.features)
-        params = sampling_params(dict(parsed.sampling_parameters), info)
+        params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)
         prompt: dict[str, Any] = {"prompt": parsed.prompt}
         if media := prepared.multi_modal_data():
             prompt["multi_modal_data"] = media
@@ -133,24 +161,44 @@ class TritonPythonModel:
         progress = _Progress()
         self.metrics.admitted(info.request_class)
         try:
-            async for output in self.engine.generate(prompt, params, request_id):
-                if sender.is_cancelled():
+            streaming = asyncio.ensure_future(
+                self._stream(prompt, params, request_id, parsed, sender, progress, info, arrival)
+            )
+            while not (await asyncio.wait({streaming}, timeout=CANCEL_POLL_S))[0]:
+                # Cancelling the task that iterates `generate` makes vLLM abort the request, even one
+                # whose input it is still processing; `cancel` is False if the request just finished.
+                if sender.is_cancelled() and streaming.cancel():
                     progress.cancelled = True
-                    await self.engine.abort(request_id)
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await streaming
                     sender.send(flags=FINAL)
                     return
-                self._record(output, progress, info, arrival)
-                if parsed.stream:
-                    delta = progress.text[progress.sent :]
-                    progress.sent = len(progress.text)
-                    sender.send(self._response(delta, progress, info), flags=FINAL if output.finished else 0)
-            if not parsed.stream:
-                text = progress.text if parsed.exclude_input_in_output else parsed.prompt + progress.text
-                sender.send(self._response(text, progress, info), flags=FINAL)
+            streaming.result()
         finally:
             self.metrics.ended(
                 info.request_class, progress.preemptions, progress.first_token, progress.cancelled
             )
+
+    async def _stream(
+        self,
+        prompt: dict[str, Any],
+        params: Any,
+        request_id: str,
+        parsed: p.GenerateRequest,
+        sender: Any,
+        progress: _Progress,
+        info: ClassInfo,
+        arrival: float,
+    ) -> None:
+        async for output in self.engine.generate(prompt, params, request_id):
+            self._record(output, progress, info, arrival)
+            if parsed.stream:
+                delta = progress.text[progress.sent :]
+                progress.sent = len(progress.text)
+                sender.send(self._response(delta, progress, info), flags=FINAL if output.finished else 0)
+        if not parsed.stream:
+            text = progress.text if parsed.exclude_input_in_output else parsed.prompt + progress.text
+            sender.send(self._response(text, progress, info), flags=FINAL)
 
     def _record(self, output: Any, progress: _Progress, info: ClassInfo, arrival: float) -> None:
         completion = output.outputs[0]

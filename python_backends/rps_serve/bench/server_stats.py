@@ -1,0 +1,59 @@
+"""What a running local server looks like from outside: its Prometheus metrics and its processes' memory."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from dataclasses import dataclass
+
+import psutil
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? ([-+0-9.eEinfINFaN]+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The samples of one scrape: (name, labels) -> value."""
+
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+    def total(self, name: str, **labels: str) -> float:
+        """The sum of `name` over the series whose labels include `labels` (0 when there is none)."""
+        wanted = set(labels.items())
+        return sum(v for (n, ls), v in self.samples.items() if n == name and wanted <= ls)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The one series of `name` with exactly `labels`, if it exists."""
+        return self.samples.get((name, frozenset(labels.items())))
+
+
+def scrape(metrics_url: str, timeout_s: float = 10.0) -> MetricsSnapshot:
+    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as reply:
+        text = reply.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if (match := _SAMPLE.match(line)) is not None:
+            labels = frozenset(_LABEL.findall(match[2] or ""))
+            samples[(match[1], labels)] = float(match[3])
+    return MetricsSnapshot(samples)
+
+
+def server_process(grpc_port: int) -> psutil.Process:
+    """The tritonserver listening on `grpc_port` (found by its command line)."""
+    flag = f"--grpc-port={grpc_port}"
+    for process in psutil.process_iter(["cmdline"]):
+        if flag in (process.info["cmdline"] or ()):
+            return process
+    raise LookupError(f"no tritonserver with {flag}")
+
+
+def tree_rss_bytes(root: psutil.Process) -> int:
+    """Resident memory of the server, its Python-backend stubs and vLLM's engine-core process together."""
+    total = 0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            total += process.memory_info().rss
+        except psutil.NoSuchProcess:  # a process that ended between listing and reading
+            continue
+    return total
