@@ -8,7 +8,7 @@ TINY_MODEL := build/tiny-qwen2-vl
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab clean
+.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab perf fidelity clean
 
 setup: $(VENV)/.installed
 
@@ -71,6 +71,15 @@ ab: $(TINY_MODEL)/config.json
 	$(BIN)/rps-serve ab --model $(TINY_MODEL) --mix mixed-iii --rate 4 --requests 150 --repeats 3 \
 		--policies fcfs,rps --json $(OUT)/ab/rate4.json
 	$(BIN)/python benchmarks/bench_plugin_overhead.py $(TINY_MODEL)
+
+# NVIDIA perf_analyzer (the binary from the tritonclient 2.51 wheel) against the local server's ensemble.
+perf: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/rps-serve perf-inputs --out $(OUT)/perf/inputs
+	$(BIN)/python benchmarks/perf_analyzer.py --inputs $(OUT)/perf/inputs --out $(OUT)/perf
+
+# Simulator vs real server on one trace under FCFS and RPS (about 10 minutes on 2 cores).
+fidelity: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/python benchmarks/fidelity.py --out $(OUT)/fidelity
 
 experiments: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/experiments.py all
