@@ -192,6 +192,11 @@ def main() -> int:
     parser.add_argument("--isolated", type=int, default=5, help="isolated requests per modality per server")
     parser.add_argument("--policies", default="fcfs,rps")
     parser.add_argument("--profile-repeats", type=int, default=3)
+    parser.add_argument(
+        "--reuse-bench",
+        action="store_true",
+        help="keep the bench-POLICY.json of an earlier run (rebuild the rest)",
+    )
     args = parser.parse_args()
 
     out = args.out
@@ -205,7 +210,12 @@ def main() -> int:
     bench_args = ["--trace", str(trace_file), "--seed", str(args.seed), "--isolated", str(args.isolated),
                   "--max-text-tokens", str(limits.max_text_tokens),
                   "--max-output-tokens", str(args.max_output_tokens)]  # fmt: skip
-    bench = {p: json.loads(_bench_on_fresh_server(p, out, bench_args).read_text()) for p in policies}
+    bench = {}
+    for policy in policies:
+        result = out / f"bench-{policy}.json"
+        if not (args.reuse_bench and result.exists()):
+            result = _bench_on_fresh_server(policy, out, bench_args)
+        bench[policy] = json.loads(result.read_text())
 
     trace = read_trace(trace_file)
     media = TinyModelSpec.load(TINY_MODEL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1:4:1", help="perf_analyzer --concurrency-range")
     parser.add_argument("--measurement-ms", type=int, default=10000)
     parser.add_argument("--binary-dir", type=Path, default=Path("build/perf_analyzer"))
+    parser.add_argument("--modalities", default="text,image,video", help="comma-separated, in this order")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per modality")
     args = parser.parse_args()
 
     binary = ensure_perf_analyzer(args.binary_dir)
@@ -54,8 +57,10 @@ def main() -> int:
     if args.policy:
         env[POLICY_ENV] = args.policy
     rows: list[dict[str, Any]] = []
+    failure = None
+    modalities = [Modality(m.strip()) for m in args.modalities.split(",") if m.strip()]
     with local_server(args.repository, workdir, env=env, log_file=args.out / "tritonserver.log") as endpoints:
-        for modality in Modality:
+        for modality in modalities:
             run = PerfRun(
                 url=endpoints.grpc_url,
                 model="rps_ensemble",
@@ -65,9 +70,15 @@ def main() -> int:
                 measurement_ms=args.measurement_ms,
             )
             print(" ".join(run.command(binary)), flush=True)
-            measured = run_perf_analyzer(binary, run, args.out / f"{modality.value}.log")
+            try:
+                measured = run_perf_analyzer(binary, run, args.out / f"{modality.value}.log", args.timeout_s)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                # A server that stopped answering fails every later modality too: keep what was measured.
+                failure = f"{modality.value}: {error}"
+                print(failure, file=sys.stderr)
+                break
             rows.extend(_row(modality, row) for row in measured)
-    report = {"command": sys.argv, "policy": args.policy or "model.json", "results": rows}
+    report = {"command": sys.argv, "policy": args.policy or "model.json", "results": rows, "failure": failure}
     (args.out / "perf.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"{'modality':<8} {'conc':>4} {'req/s':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
     for r in rows:
@@ -76,7 +87,7 @@ def main() -> int:
             + "".join(f" {r[f'{q}_first_response_ms']:8.1f}" for q in ("p50", "p90", "p99"))
         )
     print(f"wrote {args.out / 'perf.json'}")
-    return 0
+    return 1 if failure else 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """A simulator profile of a measured serving stack (the CPU test stack), for `simulate --profile FILE.json`.
 
 Built from two kinds of isolated runs, never from a loaded run:
-- engine: prefill lines per modality from `rps-serve profile` records (medians of repeats; a
-  modality whose requests all have about the same size, like fixed-size images, gets the text
-  slope and its own level);
+- engine: prefill lines per modality from `rps-serve profile` records (lower-quartile lines: a
+  shared machine only adds time; a modality whose requests all have about the same size, like
+  fixed-size images, gets the text slope and its own level);
 - server: TTFT and time per output token of requests sent one at a time to the real server
   (`rps-serve bench`'s isolated runs). The decode step is the median time per output token; the
   front end (gRPC, ensemble steps, media decoding, vLLM's input processing) is what the server's
@@ -35,6 +35,7 @@ from rps_serve.workload.trace import Trace
 FORMAT = "rps-serve measured profile 1"
 # Token counts spanning less than this ratio cannot fix a slope (e.g. every image is the same size).
 MIN_TOKEN_SPREAD = 1.5
+LINE_QUANTILE = 0.25
 
 
 @dataclass(frozen=True)
@@ -127,29 +128,29 @@ def read_measured_profile(path: Path) -> MeasuredProfile:
 
 
 def robust_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine]:
-    """Admission seconds (encoder + prefill) on prompt tokens per modality, from medians of repeats.
+    """Admission seconds (encoder + prefill) on prompt tokens per modality: the lower-quartile line.
 
-    Medians per distinct request size resist the odd slow run of a shared machine; a modality with
-    too narrow a range of sizes keeps the text slope (see `MIN_TOKEN_SPREAD`).
+    On a shared machine another job only ever adds time to a run (single runs were 20x slow here), so
+    the line follows the fast runs: quantile regression at `LINE_QUANTILE`, not least squares. A
+    modality with too narrow a range of sizes keeps the text slope (see `MIN_TOKEN_SPREAD`).
     """
+    from sklearn.linear_model import QuantileRegressor
+
     lines: dict[Modality, PrefillLine] = {}
     for modality in Modality:  # text first: the others may need its slope
         rows = [r for r in records if r.modality is modality]
-        if not rows:
-            raise ValueError(f"profile has no {modality.value} records")
+        if len(rows) < 2:
+            raise ValueError(f"profile has {len(rows)} {modality.value} records; need at least 2")
         tokens = np.array([r.prompt_tokens for r in rows], dtype=np.float64)
         seconds = np.array([r.admission_s for r in rows])
-        # Repeats differ by a few text tokens: group by size rounded to 5%.
-        groups = np.round(np.log(tokens) / np.log(1.05))
-        sizes = np.unique(groups)
-        x = np.array([np.median(tokens[groups == g]) for g in sizes])
-        y = np.array([np.median(seconds[groups == g]) for g in sizes])
-        if x.size >= 2 and x.max() / x.min() >= MIN_TOKEN_SPREAD:
-            slope, intercept = np.polyfit(x, y, 1)
+        if tokens.max() / tokens.min() >= MIN_TOKEN_SPREAD:
+            fit = QuantileRegressor(quantile=LINE_QUANTILE, alpha=0.0, solver="highs")
+            fit.fit(tokens[:, None], seconds)
+            slope, intercept = float(fit.coef_[0]), float(fit.intercept_)
         else:
             slope = lines[Modality.TEXT].slope
-            intercept = float(np.median(seconds - slope * tokens))
-        lines[modality] = PrefillLine(float(intercept), float(slope))
+            intercept = float(np.quantile(seconds - slope * tokens, LINE_QUANTILE))
+        lines[modality] = PrefillLine(intercept, slope)
     return lines
 
 
