@@ -75,7 +75,7 @@ ab: $(TINY_MODEL)/config.json
 # NVIDIA perf_analyzer (the binary from the tritonclient 2.51 wheel) against the local server's ensemble.
 perf: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve perf-inputs --out $(OUT)/perf/inputs
-	$(BIN)/python benchmarks/perf_analyzer.py --inputs $(OUT)/perf/inputs --out $(OUT)/perf
+	$(BIN)/python benchmarks/perf_analyzer.py --inputs $(OUT)/perf/inputs --out $(OUT)/perf --concurrency 1:3:1
 
 # Simulator vs real server on one trace under FCFS and RPS (about 10 minutes on 2 cores).
 fidelity: setup $(TINY_MODEL)/config.json $(ONNX)

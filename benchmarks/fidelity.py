@@ -31,7 +31,7 @@ from rps_serve.bench.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_tra
 from rps_serve.profiler.plan import ProfilePlan
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
-from rps_serve.sim.measured import MeasuredProfile, front_end_seconds, robust_lines
+from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.repository import COST_PROFILE, REPOSITORY, TINY_MODEL
 from rps_serve.triton.settings import load_settings
@@ -104,16 +104,15 @@ def served_trace(trace: Trace, media: TinyModelSpec, limits: ContentLimits, seed
     )
 
 
-def _isolated_ttft(reports: list[dict[str, Any]], subset: Trace) -> np.ndarray:
-    """Every bench's isolated TTFTs, aligned with `subset` (rows in trace order within a modality)."""
+def _isolated(reports: list[dict[str, Any]], subset: Trace, key: str) -> np.ndarray:
+    """Every bench's isolated `key` (ttft_s, tpot_s), aligned with `subset` (trace order per modality)."""
     runs = []
     for report in reports:
-        ttft = np.full(len(subset), np.nan)
+        values = np.full(len(subset), np.nan)
         for modality in Modality:
-            ttft[subset.modality == modality.index] = report["config"]["isolated_runs"][modality.value][
-                "ttft_s"
-            ]
-        runs.append(ttft)
+            measured = report["config"]["isolated_runs"][modality.value][key]
+            values[subset.modality == modality.index] = measured
+        runs.append(values)
     return np.concatenate(runs)
 
 
@@ -122,8 +121,11 @@ def measured_profile(
 ) -> MeasuredProfile:
     settings = load_settings(REPOSITORY)
     lines = robust_lines(list(read_records(profile)))
-    tpot = np.concatenate(
-        [r["config"]["isolated_runs"][m.value]["tpot_s"] for r in reports for m in Modality]
+    repeated = Trace(*(np.tile(column, len(reports)) for column in _columns(isolated)))
+    # Decoding attends to the prompt and the tokens generated so far: half the output on average.
+    context = repeated.prompt_tokens + repeated.output_tokens / 2
+    step_s, kv_token_s = decode_costs(
+        context, _isolated(reports, isolated, "tpot_s"), lines[Modality.TEXT].slope
     )
     spec = TinyModelSpec.load(TINY_MODEL)
     head_dim = spec.hidden // spec.heads
@@ -131,8 +133,8 @@ def measured_profile(
     draft = MeasuredProfile(
         name=name,
         lines=lines,
-        # A decode step also pays the per-token slope once per request: keep only the rest.
-        decode_step_s=max(float(np.nanmedian(tpot)) - lines[Modality.TEXT].slope, 0.0),
+        decode_step_s=step_s,
+        kv_token_s=kv_token_s,
         front_end_s={m: 0.0 for m in Modality},
         kv_capacity_tokens=KV_CACHE_GIB * 2**30 // kv_bytes_per_token,
         max_num_batched_tokens=int(settings.engine_args["max_num_batched_tokens"]),
@@ -140,8 +142,7 @@ def measured_profile(
         rps_chunk_cap_tokens=int(settings.rps.get("chunk_cap_tokens", RPSConfig().chunk_cap_tokens)),
         cost_profile=COST_PROFILE,
     )
-    repeated = Trace(*(np.tile(column, len(reports)) for column in _columns(isolated)))
-    front = front_end_seconds(draft.deployment(), repeated, _isolated_ttft(reports, isolated))
+    front = front_end_seconds(draft.deployment(), repeated, _isolated(reports, isolated, "ttft_s"))
     return MeasuredProfile(**{**draft.__dict__, "front_end_s": front})
 
 

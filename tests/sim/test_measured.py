@@ -13,7 +13,13 @@ from rps_serve.cli import main
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
-from rps_serve.sim.measured import MeasuredProfile, front_end_seconds, robust_lines, with_chunk_cap
+from rps_serve.sim.measured import (
+    MeasuredProfile,
+    decode_costs,
+    front_end_seconds,
+    robust_lines,
+    with_chunk_cap,
+)
 from rps_serve.sim.simulator import policy_variant
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import Trace, generate_trace, write_trace
@@ -50,6 +56,7 @@ def _profile(front: dict[Modality, float]) -> MeasuredProfile:
         name="test-stack",
         lines=TRUE,
         decode_step_s=0.004,
+        kv_token_s=5e-7,
         front_end_s=front,
         kv_capacity_tokens=200_000,
         max_num_batched_tokens=2048,
@@ -71,6 +78,17 @@ def test_robust_lines_ignore_an_outlier_and_keep_the_text_slope_for_fixed_sizes(
     )
 
 
+def test_decode_costs_split_time_per_token_into_step_and_kv_reads() -> None:
+    rng = np.random.default_rng(1)
+    context = rng.uniform(50, 4000, size=30)
+    tpot = 0.005 + 6e-7 * context + 0.0002 * rng.standard_normal(30)
+    tpot[::7] *= 3  # contended runs
+    tpot[3] = np.nan  # a one-token answer has none
+    step, per_kv_token = decode_costs(context, tpot, token_s=1e-4)
+    assert step == pytest.approx(0.005 - 1e-4, abs=3e-4)
+    assert per_kv_token == pytest.approx(6e-7, rel=0.25)
+
+
 def test_front_end_is_what_the_server_adds_to_the_engine() -> None:
     trace = generate_trace(mix_by_name("mixed-iii"), 1.0, 40, seed=2)
     deployment = _profile({m: 0.0 for m in Modality}).deployment()
@@ -89,7 +107,7 @@ def test_profile_round_trips_and_rps_gets_the_plug_ins_chunk_cap() -> None:
     assert with_chunk_cap(policy_variant("rps"), deployment).chunk_cap_tokens == 256
     assert with_chunk_cap(policy_variant("fcfs"), deployment).chunk_cap_tokens == 0
     timing = deployment.timing(1)
-    assert timing.decode_step_s == 0.004 and timing.kv_token_s == 0.0
+    assert timing.decode_step_s == 0.004 and timing.kv_token_s == 5e-7
     assert deployment.engine_config(1).kv_capacity_tokens == 200_000
     with pytest.raises(ValueError, match="not a measured profile"):
         MeasuredProfile.from_json({"format": "something else"})

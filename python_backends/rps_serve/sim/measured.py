@@ -5,9 +5,10 @@ Built from two kinds of isolated runs, never from a loaded run:
   shared machine only adds time; a modality whose requests all have about the same size, like
   fixed-size images, gets the text slope and its own level);
 - server: TTFT and time per output token of requests sent one at a time to the real server
-  (`rps-serve bench`'s isolated runs). The decode step is the median time per output token; the
-  front end (gRPC, ensemble steps, media decoding, vLLM's input processing) is what the server's
-  isolated TTFT adds to the engine's, per modality, modelled as one first-come-first-served worker.
+  (`rps-serve bench`'s isolated runs). Time per output token on the request's context is a line:
+  its intercept is the decode step, its slope the cost of attending to one KV token. The front end
+  (gRPC, ensemble steps, media decoding, vLLM's input processing) is what the server's isolated
+  TTFT adds to the engine's, per modality, modelled as one first-come-first-served worker.
 The cost model is the one the server's repository was trained from (`cost_profile`).
 """
 
@@ -44,11 +45,12 @@ class MeasuredDeployment(Deployment):
     bandwidth and memory; RPS runs with the plug-in's prefill chunk cap."""
 
     decode_step_s: float = 0.0
+    kv_token_s: float = 0.0
     kv_capacity_tokens: int = 0
     rps_chunk_cap_tokens: int = 0
 
     def timing(self, gpus: int) -> TimingModel:
-        return replace(super().timing(gpus), decode_step_s=self.decode_step_s, kv_token_s=0.0)
+        return replace(super().timing(gpus), decode_step_s=self.decode_step_s, kv_token_s=self.kv_token_s)
 
     def engine_config(self, gpus: int) -> EngineConfig:
         return EngineConfig(
@@ -66,6 +68,7 @@ class MeasuredProfile:
     name: str
     lines: Mapping[Modality, PrefillLine]
     decode_step_s: float
+    kv_token_s: float
     front_end_s: Mapping[Modality, float]
     kv_capacity_tokens: int
     max_num_batched_tokens: int
@@ -96,6 +99,7 @@ class MeasuredProfile:
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             decode_step_s=self.decode_step_s,
+            kv_token_s=self.kv_token_s,
             kv_capacity_tokens=self.kv_capacity_tokens,
             rps_chunk_cap_tokens=self.rps_chunk_cap_tokens,
         )
@@ -127,6 +131,15 @@ def read_measured_profile(path: Path) -> MeasuredProfile:
         raise ValueError(f"{path}: not a measured profile ({error})") from None
 
 
+def quantile_line(x: np.ndarray, y: np.ndarray, quantile: float = LINE_QUANTILE) -> PrefillLine:
+    """The line under which `quantile` of the points (x, y) lie (quantile regression)."""
+    from sklearn.linear_model import QuantileRegressor
+
+    fit = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
+    fit.fit(np.asarray(x, dtype=np.float64)[:, None], np.asarray(y, dtype=np.float64))
+    return PrefillLine(float(fit.intercept_), float(fit.coef_[0]))
+
+
 def robust_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine]:
     """Admission seconds (encoder + prefill) on prompt tokens per modality: the lower-quartile line.
 
@@ -134,8 +147,6 @@ def robust_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine
     the line follows the fast runs: quantile regression at `LINE_QUANTILE`, not least squares. A
     modality with too narrow a range of sizes keeps the text slope (see `MIN_TOKEN_SPREAD`).
     """
-    from sklearn.linear_model import QuantileRegressor
-
     lines: dict[Modality, PrefillLine] = {}
     for modality in Modality:  # text first: the others may need its slope
         rows = [r for r in records if r.modality is modality]
@@ -144,13 +155,10 @@ def robust_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine
         tokens = np.array([r.prompt_tokens for r in rows], dtype=np.float64)
         seconds = np.array([r.admission_s for r in rows])
         if tokens.max() / tokens.min() >= MIN_TOKEN_SPREAD:
-            fit = QuantileRegressor(quantile=LINE_QUANTILE, alpha=0.0, solver="highs")
-            fit.fit(tokens[:, None], seconds)
-            slope, intercept = float(fit.coef_[0]), float(fit.intercept_)
+            lines[modality] = quantile_line(tokens, seconds)
         else:
             slope = lines[Modality.TEXT].slope
-            intercept = float(np.quantile(seconds - slope * tokens, LINE_QUANTILE))
-        lines[modality] = PrefillLine(intercept, slope)
+            lines[modality] = PrefillLine(float(np.quantile(seconds - slope * tokens, LINE_QUANTILE)), slope)
     return lines
 
 
@@ -171,6 +179,15 @@ def front_end_seconds(
             raise ValueError(f"no isolated {modality.value} runs to measure the front end with")
         front[modality] = max(float(np.median(mine)), 0.0)
     return front
+
+
+def decode_costs(context_tokens: np.ndarray, tpot_s: np.ndarray, token_s: float) -> tuple[float, float]:
+    """(decode step seconds, seconds per KV token read) from isolated runs: the median line of time
+    per output token on context tokens. A decode step also pays `token_s` (the prefill lines' slope)
+    for its one token: that part is taken out of the step."""
+    finite = np.isfinite(tpot_s)
+    line = quantile_line(context_tokens[finite], tpot_s[finite], quantile=0.5)
+    return max(line.intercept - token_s, 0.0), max(line.slope, 0.0)
 
 
 def with_chunk_cap(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
