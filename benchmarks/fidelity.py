@@ -192,7 +192,7 @@ def main() -> int:
     parser.add_argument("--max-output-tokens", type=int, default=64)
     parser.add_argument("--isolated", type=int, default=5, help="isolated requests per modality per server")
     parser.add_argument("--policies", default="fcfs,rps")
-    parser.add_argument("--profile-repeats", type=int, default=3)
+    parser.add_argument("--profile-repeats", type=int, default=5)
     parser.add_argument(
         "--reuse-bench",
         action="store_true",

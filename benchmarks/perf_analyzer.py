@@ -77,7 +77,8 @@ def main() -> int:
                 failure = f"{modality.value}: {error}"
                 print(failure, file=sys.stderr)
                 break
-            rows.extend(_row(modality, row) for row in measured)
+            # perf_analyzer orders its CSV by throughput; the report goes by concurrency.
+            rows.extend(sorted((_row(modality, row) for row in measured), key=lambda r: r["concurrency"]))
     report = {"command": sys.argv, "policy": args.policy or "model.json", "results": rows, "failure": failure}
     (args.out / "perf.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"{'modality':<8} {'conc':>4} {'req/s':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
