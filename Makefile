@@ -8,7 +8,7 @@ TINY_MODEL := build/tiny-qwen2-vl
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab soak clean
+.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab soak perf fidelity clean
 
 setup: $(VENV)/.installed
 
@@ -77,6 +77,15 @@ ab: $(TINY_MODEL)/config.json
 SOAK_MINUTES ?= 20
 soak: $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve --verbose soak --minutes $(SOAK_MINUTES) --rate-factor 1.5 --out $(OUT)/soak
+
+# NVIDIA perf_analyzer (the binary from the tritonclient 2.51 wheel) against the local server's ensemble.
+perf: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/rps-serve perf-inputs --out $(OUT)/perf/inputs
+	$(BIN)/python benchmarks/perf_analyzer.py --inputs $(OUT)/perf/inputs --out $(OUT)/perf --concurrency 1:3:1
+
+# Simulator vs real server on one trace under FCFS and RPS (about 10 minutes on 2 cores).
+fidelity: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/python benchmarks/fidelity.py --out $(OUT)/fidelity
 
 experiments: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/experiments.py all

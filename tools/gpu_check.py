@@ -14,6 +14,7 @@ from rps_serve.bench.demo import ttft_table
 from rps_serve.bench.replay import build_requests, replay, warm_up
 from rps_serve.metrics import RequestRecords
 from rps_serve.tiny_model import SPEC_FILE, TinyModelSpec
+from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import MIXES, mix_by_name
 from rps_serve.workload.trace import generate_trace
 
@@ -29,7 +30,8 @@ def _replay(args: argparse.Namespace) -> None:
     # Fresh text and pixels for every run: the prefix and multimodal caches would otherwise fake TTFT.
     content_seed = args.seed * 1000 + args.run
     warm_up(args.url, media, content_seed + 500)
-    records = replay(args.url, trace, build_requests(trace, media, content_seed))
+    limits = ContentLimits(max_text_tokens=args.max_text_tokens)
+    records = replay(args.url, trace, build_requests(trace, media, limits, content_seed))
     np.savez(args.out, **dataclasses.asdict(records))
 
 
@@ -54,6 +56,7 @@ def main() -> None:
     run.add_argument("--requests", type=int, default=200)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--run", type=int, default=0, help="index of this run (fresh content per run)")
+    run.add_argument("--max-text-tokens", type=int, default=4096, help="cap on a prompt's text tokens")
     run.add_argument("--out", type=Path, required=True, help="records file (.npz) named after the policy")
     table = commands.add_parser("table", help="TTFT per modality of saved runs, side by side")
     table.add_argument("records", type=Path, nargs="+", help="records files; each one's name is its column")

@@ -121,17 +121,20 @@ def _print_table(report: dict[str, Any]) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    if args.trace is None and args.rate is None:
+        raise ValueError("give --rate (with --mix, --requests) or --trace FILE")
     config = SimulationConfig(
         profile=args.profile,
         gpus=args.gpus,
         mix=args.mix,
-        rate=args.rate,
+        rate=args.rate or 0.0,
         requests=args.requests,
         seed=args.seed,
         classes=args.classes,
         burst_cv=args.burst_cv,
         model=args.model,
         profile_gpus=args.profile_gpus,
+        trace=str(args.trace) if args.trace else None,
     )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     report, outcomes = run_simulation(config, policies)
@@ -232,7 +235,7 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"starting tritonserver on {args.repository} (log: {args.workdir / 'tritonserver.log'})")
-    with local_server(args.repository, args.workdir.resolve()) as endpoints:
+    with local_server(args.repository, args.workdir.resolve(), env=env) as endpoints:
         print(
             f"ready: gRPC {endpoints.grpc_url}, HTTP {endpoints.http_url}, metrics {endpoints.metrics_url}"
             " (Ctrl-C stops)",
@@ -265,9 +268,9 @@ def _demo(args: argparse.Namespace) -> int:
         f"replaying {config.requests} {config.mix} requests at {config.rate:g}/s through rps_ensemble, "
         f"once per policy ({', '.join(config.policies)}), each on a fresh tritonserver"
     )
-    records = run_demo(config)
-    print(ttft_table(records))
-    json_path, plot_path = save_results(records, config)
+    runs = run_demo(config)
+    print(ttft_table({policy: run.records for policy, run in runs.items()}))
+    json_path, plot_path = save_results(runs, config)
     print(f"wrote {json_path} and {plot_path}")
     return 0
 
@@ -315,9 +318,69 @@ def _soak(args: argparse.Namespace) -> int:
     return 1 if report.failures() else 0
 
 
-def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+def _bench(args: argparse.Namespace) -> int:
+    from rps_serve.bench.demo import ttft_table
+    from rps_serve.bench.load import BenchConfig, run_bench
+    from rps_serve.triton.repository import TINY_MODEL
+
+    if args.trace is None and args.rate is None:
+        raise ValueError("give --rate (with --mix, --requests) or --trace FILE")
+    config = BenchConfig(
+        url=args.url,
+        model=args.model or TINY_MODEL,
+        mix=args.mix,
+        rate=args.rate or 0.0,
+        requests=args.requests,
+        seed=args.seed,
+        burst_cv=args.burst_cv,
+        trace=args.trace,
+        label=args.label,
+        max_text_tokens=args.max_text_tokens,
+        max_output_tokens=args.max_output_tokens,
+        isolated=args.isolated,
+        slo=args.slo,
+        progress=not args.no_progress,
+    )
+    run = run_bench(config)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(run.report, indent=1) + "\n")
+    print(ttft_table({config.label: run.records}))
+    result = run.report["results"][config.label]
+    utilization = result["utilization"]
+    shown = "unavailable" if utilization is None else f"{utilization:.2f}"
+    print(f"GPU utilization (time-averaged): {shown}")
+    for scale in ("1x", "2x", "4x"):
+        slo = result["slo"][scale]
+        print(
+            f"SLO {scale}: goodput {slo['goodput_rps']:.2f} req/s, violations {slo['violation_rate']:.1%}, "
+            f"severity {slo['severity']:.2f}"
+        )
+    print(f"wrote {args.json}")
+    if args.plot:
+        from rps_serve.sim.plots import plot_ttft_cdf
+
+        plot_ttft_cdf({config.label: run.records}, args.plot, f"{config.label} at {args.url}")
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _perf_inputs(args: argparse.Namespace) -> int:
+    from rps_serve.bench.perf_inputs import perf_input_files
+    from rps_serve.tiny_model import TinyModelSpec
+    from rps_serve.triton.repository import TINY_MODEL
+
+    media = TinyModelSpec.load(args.model or TINY_MODEL)
+    files = perf_input_files(args.out, media, args.per_modality, args.seed, args.max_tokens)
+    for modality, path in files.items():
+        print(f"{modality.value:<6} {path}")
+    return 0
+
+
+def _add_workload_arguments(parser: argparse.ArgumentParser, rate_required: bool = True) -> None:
     parser.add_argument("--mix", default="mixed-iii", choices=list(MIXES), help="request-kind mix")
-    parser.add_argument("--rate", type=float, required=True, help="mean arrival rate, requests per second")
+    parser.add_argument(
+        "--rate", type=float, required=rate_required, help="mean arrival rate, requests per second"
+    )
     parser.add_argument("--requests", type=int, default=1000, help="number of requests")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -380,10 +443,14 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--profile",
         default="llava-onevision-qwen2-7b",
-        help=f"reference model ({', '.join(reference_model_names())}) or a JSONL profile file",
+        help=f"reference model ({', '.join(reference_model_names())}), a JSONL profile file or a measured"
+        " profile (.json, benchmarks/fidelity.py)",
     )
     simulate.add_argument("--gpus", type=int, default=1, help="GPUs (tensor parallel; modserve splits them)")
-    _add_workload_arguments(simulate)
+    _add_workload_arguments(simulate, rate_required=False)
+    simulate.add_argument(
+        "--trace", type=Path, help="simulate this trace (rps-serve trace) instead of --mix/--rate"
+    )
     simulate.add_argument(
         "--policies", default="fcfs,rps", help=f"comma-separated, from {', '.join(POLICY_VARIANTS)}"
     )
@@ -474,6 +541,41 @@ def _parser() -> argparse.ArgumentParser:
     soak.add_argument("--seed", type=int, default=0)
     soak.add_argument("--out", type=Path, default=Path("out/soak"), help="soak.json and the server log")
     soak.set_defaults(handler=_soak)
+
+    bench = commands.add_parser(
+        "bench", help="replay a workload against a running server (rps-serve serve); simulate's JSON"
+    )
+    bench.add_argument("--url", required=True, help="gRPC HOST:PORT (rps-serve serve prints it)")
+    _add_workload_arguments(bench, rate_required=False)
+    bench.add_argument(
+        "--trace", type=Path, help="replay this trace (rps-serve trace) instead of --mix/--rate"
+    )
+    bench.add_argument(
+        "--model", type=Path, help="served model directory, for media sizes (default: the tiny model)"
+    )
+    bench.add_argument("--label", default="server", help="results key in the JSON, e.g. the policy")
+    bench.add_argument("--max-text-tokens", type=int, default=4096, help="cap on a prompt's text tokens")
+    bench.add_argument("--max-output-tokens", type=int, help="cap on output tokens (default: the trace's)")
+    bench.add_argument(
+        "--isolated", type=int, default=3, help="requests per modality sent alone for the SLOs"
+    )
+    bench.add_argument("--slo", type=Path, help='TTFT SLOs from a file {"text": s, "image": s, "video": s}')
+    bench.add_argument("--json", type=Path, required=True)
+    bench.add_argument("--plot", type=Path, help="also draw TTFT CDFs per modality (PNG)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.set_defaults(handler=_bench)
+
+    perf_inputs = commands.add_parser(
+        "perf-inputs", help="perf_analyzer --input-data files for rps_ensemble (text, image, video)"
+    )
+    perf_inputs.add_argument("--out", type=Path, required=True, help="directory for text/image/video.json")
+    perf_inputs.add_argument(
+        "--model", type=Path, help="served model directory, for media sizes (default: the tiny model)"
+    )
+    perf_inputs.add_argument("--per-modality", type=int, default=8, help="requests per file")
+    perf_inputs.add_argument("--max-tokens", type=int, default=16, help="output tokens per request")
+    perf_inputs.add_argument("--seed", type=int, default=0)
+    perf_inputs.set_defaults(handler=_perf_inputs)
     return parser
 
 

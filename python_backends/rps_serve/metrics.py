@@ -69,6 +69,19 @@ class RequestRecords:
         return np.array(labels)[self.level]
 
 
+def concatenate_records(runs: Sequence[RequestRecords]) -> RequestRecords:
+    """The rows of several runs as one (each run keeps its own clock)."""
+    return RequestRecords(
+        arrival_s=np.concatenate([r.arrival_s for r in runs]),
+        first_token_s=np.concatenate([r.first_token_s for r in runs]),
+        finish_s=np.concatenate([r.finish_s for r in runs]),
+        output_tokens=np.concatenate([r.output_tokens for r in runs]),
+        modality=np.concatenate([r.modality for r in runs]),
+        level=np.concatenate([r.level for r in runs]),
+        num_levels=runs[0].num_levels,
+    )
+
+
 def summary(values: np.ndarray) -> Summary:
     """Mean and percentiles of the finite values; None throughout when there are none."""
     finite = values[np.isfinite(values)]

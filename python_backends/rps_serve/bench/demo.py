@@ -10,17 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rps_serve.bench.replay import build_requests, replay, warm_up
+from rps_serve.bench.load import BenchConfig, BenchRun, run_bench
 from rps_serve.metrics import RequestRecords, grouped_metrics
 from rps_serve.requests import Modality
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.server import local_server
 from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.trace import generate_trace
 
 logger = logging.getLogger(__name__)
+
+# Short answers keep the demo to a few minutes on two cores.
+DEMO_MAX_OUTPUT_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -35,26 +35,33 @@ class DemoConfig:
     seed: int = 0
 
 
-def run_demo(config: DemoConfig) -> dict[str, RequestRecords]:
-    """Replay one trace per policy; content is fresh for every run so no cache helps either."""
+def run_demo(config: DemoConfig) -> dict[str, BenchRun]:
+    """`rps-serve bench` once per policy, each against a freshly started server (empty caches)."""
     config.out.mkdir(parents=True, exist_ok=True)
     workdir = config.out.resolve() / "server"
     workdir.mkdir(exist_ok=True)
     configure_cpu_engine_environment(workdir / "vllm")
-    trace = generate_trace(mix_by_name(config.mix), config.rate, config.requests, config.seed)
-    media = TinyModelSpec.load(config.model)
-    records = {}
-    for index, policy in enumerate(config.policies):
-        content_seed = config.seed * 1000 + index
-        requests = build_requests(trace, media, content_seed)
+    runs = {}
+    for policy in config.policies:
         env = {MODEL_ENV: str(config.model.resolve()), POLICY_ENV: policy}
         log = config.out.resolve() / f"tritonserver-{policy}.log"
         logger.info("%s: starting tritonserver (log %s)", policy, log)
         with local_server(config.repository, workdir, env=env, log_file=log) as endpoints:
-            warm_up(endpoints.grpc_url, media, content_seed + 500)
-            logger.info("%s: replaying %d requests at %.1f/s", policy, len(trace), config.rate)
-            records[policy] = replay(endpoints.grpc_url, trace, requests)
-    return records
+            logger.info("%s: replaying %d requests at %.1f/s", policy, config.requests, config.rate)
+            runs[policy] = run_bench(
+                BenchConfig(
+                    url=endpoints.grpc_url,
+                    model=config.model,
+                    mix=config.mix,
+                    rate=config.rate,
+                    requests=config.requests,
+                    seed=config.seed,
+                    label=policy,
+                    max_output_tokens=DEMO_MAX_OUTPUT_TOKENS,
+                    progress=False,
+                )
+            )
+    return runs
 
 
 def ttft_table(records: dict[str, RequestRecords]) -> str:
@@ -76,18 +83,18 @@ def ttft_table(records: dict[str, RequestRecords]) -> str:
     return "\n".join(lines)
 
 
-def save_results(records: dict[str, RequestRecords], config: DemoConfig) -> tuple[Path, Path]:
+def save_results(runs: dict[str, BenchRun], config: DemoConfig) -> tuple[Path, Path]:
     from rps_serve.sim.plots import plot_ttft_cdf
 
     report: dict[str, Any] = {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in config.__dict__.items()},
-        "results": {p: grouped_metrics(r) for p, r in records.items()},
+        "results": {p: run.report["results"][p] for p, run in runs.items()},
     }
     report["config"]["policies"] = list(config.policies)
     json_path, plot_path = config.out / "demo.json", config.out / "ttft.png"
     json_path.write_text(json.dumps(report, indent=1) + "\n")
     title = f"tiny Qwen2-VL on CPU via Triton, {config.mix} at {config.rate:g} req/s"
-    plot_ttft_cdf(records, plot_path, title)
+    plot_ttft_cdf({p: run.records for p, run in runs.items()}, plot_path, title)
     return json_path, plot_path
 
 

@@ -4,17 +4,15 @@ records per-request arrival, first-token and finish times on the client's clock.
 from __future__ import annotations
 
 import logging
-import random
 import time
 
 import numpy as np
 
-from rps_serve.metrics import RequestRecords
+from rps_serve.metrics import RequestRecords, concatenate_records
 from rps_serve.requests import RequestClass
 from rps_serve.tiny_model import TinyModelSpec
-from rps_serve.triton.client import Generation, StreamClient, encode_image, encode_video
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_image, encode_video
+from rps_serve.workload.content import ContentLimits, RequestContent, plan_content
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace
 
@@ -22,62 +20,44 @@ logger = logging.getLogger(__name__)
 
 ENSEMBLE = "rps_ensemble"
 _KINDS = list(RequestKind)
-# Bounds on the words of filler text per request kind (one token a word with the tiny model's tokenizer):
-# short text tens to a few hundred tokens, long text about 1.5K, images and videos a short question.
-TEXT_WORDS = {
-    RequestKind.SHORT_TEXT: (20, 200),
-    RequestKind.LONG_TEXT: (1200, 1800),
-    RequestKind.IMAGE: (20, 60),
-    RequestKind.VIDEO: (20, 60),
-}
-OUTPUT_TOKENS = (4, 32)
 
 
-def build_requests(trace: Trace, media: TinyModelSpec, seed: int) -> list[Generation]:
-    """One fresh request per trace row: new filler text and new random pixels, so no cache hits."""
-    rng = random.Random(seed)
-    pixels = np.random.default_rng(seed)
-    return [build_request(trace, row, media, rng, pixels) for row in range(len(trace))]
+def generation(content: RequestContent) -> Generation:
+    """The ensemble request carrying `content` (media encoded as files), with exactly its output length."""
+    images = () if content.image is None else (encode_image(content.image),)
+    video = None if content.video is None else encode_video(content.video)
+    sampling = {"max_tokens": content.max_tokens, "ignore_eos": True}
+    return Generation(content.prompt, images, video, sampling_parameters=sampling)
 
 
-def build_request(
-    trace: Trace, row: int, media: TinyModelSpec, rng: random.Random, pixels: np.random.Generator
-) -> Generation:
-    """The request of one trace row, its text and pixels drawn from `rng` and `pixels`."""
-    kind = _KINDS[int(trace.kind[row])]
-    low, high = TEXT_WORDS[kind]
-    words = int(np.clip(trace.prompt_tokens[row] - trace.modality_tokens[row], low, high))
-    images: tuple[bytes, ...] = ()
-    video = None
-    if kind is RequestKind.IMAGE:
-        images = (encode_image(random_image(media.image_size, media.image_size, pixels)),)
-    elif kind is RequestKind.VIDEO:
-        frames = random_video(media.video_frames, media.video_size, media.video_size, pixels)
-        video = encode_video(frames)
-    max_tokens = int(np.clip(trace.output_tokens[row], *OUTPUT_TOKENS))
-    return Generation(
-        chat_prompt(filler_text(words, rng), kind.modality),
-        images,
-        video,
-        sampling_parameters={"max_tokens": max_tokens, "ignore_eos": True},
-    )
+def build_requests(trace: Trace, media: TinyModelSpec, limits: ContentLimits, seed: int) -> list[Generation]:
+    """One fresh request per trace row (`plan_content`): new filler text and new pixels, so no cache hits."""
+    return [generation(content) for content in plan_content(trace, media, limits).contents(media, seed)]
 
 
 def replay(
-    url: str, trace: Trace, requests: list[Generation], model: str = ENSEMBLE, timeout_s: float = 900.0
+    url: str,
+    trace: Trace,
+    requests: list[Generation],
+    model: str = ENSEMBLE,
+    timeout_s: float = 900.0,
+    progress: bool = False,
 ) -> RequestRecords:
     """Send `requests` at the trace's arrival times and wait for all of them."""
+    from tqdm import tqdm
+
     client = StreamClient(url)
     sent = np.full(len(trace), np.nan)
     start = time.monotonic()
     try:
-        for row, generation in enumerate(requests):
+        for row, generation in enumerate(tqdm(requests, desc="sent", unit="req", disable=not progress)):
             delay = start + trace.arrival_s[row] - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             sent[row] = time.monotonic()
             client.submit(model, f"r{row}", generation.tensors())
-        results = [client.wait(f"r{row}", timeout_s) for row in range(len(requests))]
+        waits = tqdm(range(len(requests)), desc="done", unit="req", disable=not progress)
+        results = [client.wait(f"r{row}", timeout_s) for row in waits]
     finally:
         client.close()
     failed = [r.error for r in results if r.error]
@@ -91,11 +71,20 @@ def replay(
         arrival_s=sent - start,
         first_token_s=np.array([_or_nan(r.first_response_s) for r in results]) - start,
         finish_s=np.array([np.nan if r.error else _or_nan(r.done_s) for r in results]) - start,
-        output_tokens=np.array([len(r.chunks) for r in results]),
+        output_tokens=np.array([_output_tokens(g, r) for g, r in zip(requests, results, strict=True)]),
         modality=np.array([_KINDS[int(k)].modality.index for k in trace.kind]),
         level=np.array(levels),
         num_levels=len(RequestClass),
     )
+
+
+def one_at_a_time(url: str, trace: Trace, requests: list[Generation]) -> RequestRecords:
+    """Each request alone on the server (the next is sent when the last has finished): isolated runs."""
+    records = [replay(url, _single(trace, row), [request]) for row, request in enumerate(requests)]
+    failed = int(sum((~r.completed).sum() for r in records))
+    if failed:
+        raise RuntimeError(f"{failed} of {len(records)} isolated requests failed; see the server log")
+    return concatenate_records(records)
 
 
 def warm_up(url: str, media: TinyModelSpec, seed: int) -> None:
@@ -108,15 +97,26 @@ def warm_up(url: str, media: TinyModelSpec, seed: int) -> None:
         modality_tokens=np.zeros(len(rows), dtype=np.int64),
         output_tokens=np.full(len(rows), 4),
     )
-    for generation in build_requests(trace, media, seed):
-        client = StreamClient(url)
-        try:
-            client.submit(ENSEMBLE, "warm-up", generation.tensors())
-            result = client.wait("warm-up")
-        finally:
-            client.close()
-        if result.error:
-            raise RuntimeError(f"warm-up request failed: {result.error}")
+    one_at_a_time(url, trace, build_requests(trace, media, ContentLimits(max_text_tokens=64), seed))
+
+
+def _single(trace: Trace, row: int) -> Trace:
+    return Trace(
+        arrival_s=np.zeros(1),
+        kind=trace.kind[row : row + 1],
+        prompt_tokens=trace.prompt_tokens[row : row + 1],
+        modality_tokens=trace.modality_tokens[row : row + 1],
+        output_tokens=trace.output_tokens[row : row + 1],
+    )
+
+
+def _output_tokens(generation: Generation, result: StreamResult) -> int:
+    """Tokens generated: `max_tokens` exactly under ignore_eos; else the streamed chunks, which under
+    load may carry several tokens each, so a lower bound."""
+    sampling = generation.sampling_parameters
+    if sampling.get("ignore_eos") and "max_tokens" in sampling and not result.error:
+        return int(sampling["max_tokens"])
+    return len(result.chunks)
 
 
 def _or_nan(value: float | None) -> float:

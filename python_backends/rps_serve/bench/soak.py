@@ -10,7 +10,6 @@ tree and its metrics, waits for every request's final response, and drains.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -21,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.bench.replay import ENSEMBLE, build_request
+from rps_serve.bench.replay import ENSEMBLE, generation
 from rps_serve.bench.server_stats import MetricsSnapshot, scrape, server_process, tree_rss_bytes
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.triton.server import Endpoints
+from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import generate_trace
 
@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 VLLM_MODEL = "vllm_model"
 MAX_RSS_GROWTH = 0.10
+# The demo's request sizes: long texts of up to ~1.8K tokens, answers of 4-32 tokens.
+SOAK_CONTENT = ContentLimits(max_text_tokens=2048, min_output_tokens=4, max_output_tokens=32)
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,10 @@ class SoakReport:
 
 def request_stream(mix: str, media: TinyModelSpec, seed: int) -> Iterator[Generation]:
     """Endless fresh requests of the mix (new text and pixels each), in batches of a trace."""
-    rng, pixels = random.Random(seed), np.random.default_rng(seed)
     for batch in count():
         trace = generate_trace(mix_by_name(mix), 1.0, 256, seed + batch)
-        for row in range(len(trace)):
-            yield build_request(trace, row, media, rng, pixels)
+        for content in plan_content(trace, media, SOAK_CONTENT).contents(media, seed + batch):
+            yield generation(content)
 
 
 def measure_sustainable_rate(

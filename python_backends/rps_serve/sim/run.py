@@ -21,10 +21,11 @@ from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
 from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import model_spec
+from rps_serve.sim.measured import is_measured_profile, read_measured_profile, with_chunk_cap
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
 from rps_serve.sim.timing import fit_lines
 from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.trace import Trace, generate_trace
+from rps_serve.workload.trace import Trace, generate_trace, read_trace
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +36,9 @@ SLO_PERCENTILE = 99
 class SimulationConfig:
     """What one `simulate` run needs besides the policies.
 
-    `profile` is a reference model name or a JSONL profile file; a file is taken as measured on
-    `profile_gpus` GPUs with the sizes of `model` (KV bytes per token, weights).
+    `profile` is a reference model name, a JSONL profile file or a measured profile (`.json`,
+    `sim.measured`); a JSONL file is taken as measured on `profile_gpus` GPUs with the sizes of
+    `model` (KV bytes per token, weights). `trace` (a JSONL file) replaces mix/rate/requests/burst_cv.
     """
 
     profile: str
@@ -49,6 +51,7 @@ class SimulationConfig:
     burst_cv: float | None = None
     model: str = "llava-onevision-qwen2-7b"
     profile_gpus: int = 1
+    trace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]
         deployment = Deployment(spec, config.gpus, reference_model(config.profile).lines, spec.profile_gpus)
         return deployment, reference_profile(config.profile, seed=config.seed)
     path = Path(config.profile)
+    if is_measured_profile(path):
+        measured = read_measured_profile(path)
+        return measured.deployment(), reference_profile(measured.cost_profile, seed=config.seed)
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} is neither a profile file nor a reference model ({', '.join(reference_model_names())})"
@@ -89,9 +95,12 @@ def class_levels(trace: Trace, model: CostModel) -> np.ndarray:
 def prepare(config: SimulationConfig) -> SimulationSetup:
     deployment, records = _profile(config)
     model = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
-    trace = generate_trace(
-        mix_by_name(config.mix), config.rate, config.requests, config.seed, config.burst_cv
-    )
+    if config.trace is not None:
+        trace = read_trace(Path(config.trace))
+    else:
+        trace = generate_trace(
+            mix_by_name(config.mix), config.rate, config.requests, config.seed, config.burst_cv
+        )
     naive = np.array([naive_level(m) for m in Modality])[trace.modality]
     return SimulationSetup(deployment, trace, class_levels(trace, model), naive, config.classes)
 
@@ -109,7 +118,7 @@ def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
 def run_policy(
     setup: SimulationSetup, name: str, observer: Callable[[StepRecord], None] | None = None
 ) -> SimOutcome:
-    variant = policy_variant(name)
+    variant = with_chunk_cap(policy_variant(name), setup.deployment)
     if variant.naive_classes:
         return simulate(setup.trace, setup.naive_levels, len(Modality), variant, setup.deployment, observer)
     return simulate(setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, observer)

@@ -5,19 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rps_serve.metrics import RequestRecords, grouped_metrics
+from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.engine import engine_args
 from rps_serve.vllm_plugin.replay import build_requests, replay
+from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import generate_trace
 
@@ -43,8 +41,8 @@ class ABConfig:
     rps_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def max_text_tokens(self) -> int:
-        return self.max_model_len // 2
+    def content_limits(self) -> ContentLimits:
+        return ContentLimits(max_text_tokens=self.max_model_len // 2)
 
 
 def _engine(config: ABConfig, policy: Policy) -> Any:
@@ -63,18 +61,6 @@ def _engine(config: ABConfig, policy: Policy) -> Any:
     return AsyncLLM.from_engine_args(args)
 
 
-def _pool(runs: Sequence[RequestRecords]) -> RequestRecords:
-    return RequestRecords(
-        arrival_s=np.concatenate([r.arrival_s for r in runs]),
-        first_token_s=np.concatenate([r.first_token_s for r in runs]),
-        finish_s=np.concatenate([r.finish_s for r in runs]),
-        output_tokens=np.concatenate([r.output_tokens for r in runs]),
-        modality=np.concatenate([r.modality for r in runs]),
-        level=np.concatenate([r.level for r in runs]),
-        num_levels=runs[0].num_levels,
-    )
-
-
 def run_ab(config: ABConfig) -> dict[str, Any]:
     """Every policy `repeats` times, interleaved (fcfs, rps, fcfs, rps, ...), on the same trace with
     fresh prompts and media per run; results pooled per policy, in `rps-serve simulate`'s JSON shape."""
@@ -87,7 +73,7 @@ def run_ab(config: ABConfig) -> dict[str, Any]:
     for repeat in range(config.repeats):
         for index, policy in enumerate(config.policies):
             content_seed = config.seed + 1000 * repeat + index  # fresh content: caches must not hit
-            requests = build_requests(trace, media, labeler, config.max_text_tokens, content_seed)
+            requests = build_requests(trace, media, labeler, config.content_limits, content_seed)
             engine = _engine(config, policy)
             try:
                 started = time.perf_counter()
@@ -98,7 +84,7 @@ def run_ab(config: ABConfig) -> dict[str, Any]:
             runs[policy].append(records)
     results = {}
     for policy, policy_runs in runs.items():
-        pooled = _pool(policy_runs)
+        pooled = concatenate_records(policy_runs)
         results[policy.value] = {
             **grouped_metrics(pooled),
             "completed": int(pooled.completed.sum()),

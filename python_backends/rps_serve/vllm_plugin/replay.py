@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,11 +14,8 @@ from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.trace import Trace
-
-TOKENS_PER_WORD = 1.1  # filler words, tiny model tokenizer (measured by `rps-serve profile`)
 
 
 @dataclass(frozen=True)
@@ -32,43 +28,21 @@ class ReplayRequest:
 
 
 def build_requests(
-    trace: Trace, media: TinyModelSpec, labeler: ClassLabeler, max_text_tokens: int, seed: int
+    trace: Trace, media: TinyModelSpec, labeler: ClassLabeler, limits: ContentLimits, seed: int
 ) -> list[ReplayRequest]:
-    """Fresh prompts and media for every request of `trace`, sized for the served model.
-
-    Text keeps the trace's prompt length (capped at `max_text_tokens`; about 1.1 tokens per filler
-    word with the tiny model's tokenizer); image and video placeholders are whatever the model's
-    processor makes of its media size. Content is random, so caches cannot hit across requests.
-    """
-    text_rng = random.Random(seed)
-    media_rng = np.random.default_rng(seed)
-    modality = trace.modality
-    visual = np.array([media.placeholder_tokens(Modality.from_index(int(m))) for m in modality])
-    text_tokens = np.minimum(
-        np.where(visual > 0, trace.prompt_tokens - trace.modality_tokens, trace.prompt_tokens),
-        max_text_tokens,
-    )
-    levels = labeler.levels(modality, text_tokens + visual, visual)
+    """Fresh prompts and media for every request of `trace`, sized for the served model (`plan_content`)."""
+    plan = plan_content(trace, media, limits)
+    levels = labeler.levels(plan.modality, plan.text_tokens + plan.visual_tokens, plan.visual_tokens)
     requests = []
-    for i in range(len(trace)):
-        kind = Modality.from_index(int(modality[i]))
-        prompt: dict[str, Any] = {
-            "prompt": chat_prompt(filler_text(max(1, int(text_tokens[i] / TOKENS_PER_WORD)), text_rng), kind)
-        }
-        if kind is Modality.IMAGE:
-            prompt["multi_modal_data"] = {
-                "image": random_image(media.image_size, media.image_size, media_rng)
-            }
-        elif kind is Modality.VIDEO:
-            frames = random_video(media.video_frames, media.video_size, media.video_size, media_rng)
-            prompt["multi_modal_data"] = {"video": frames}
+    for row, content in enumerate(plan.contents(media, seed)):
+        prompt: dict[str, Any] = {"prompt": content.prompt}
+        if content.image is not None:
+            prompt["multi_modal_data"] = {"image": content.image}
+        elif content.video is not None:
+            prompt["multi_modal_data"] = {"video": content.video}
         requests.append(
             ReplayRequest(
-                float(trace.arrival_s[i]),
-                kind,
-                prompt,
-                int(trace.output_tokens[i]),
-                int(levels[i]),
+                float(trace.arrival_s[row]), content.modality, prompt, content.max_tokens, int(levels[row])
             )
         )
     return requests

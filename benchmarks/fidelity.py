@@ -1,0 +1,259 @@
+"""Simulator fidelity on the CPU stack: one trace on the real server and in the simulator, FCFS and RPS.
+
+1. `rps-serve profile` the tiny model (engine settings of model.json; skipped when complete);
+2. `rps-serve trace` one workload trace;
+3. per policy, a fresh `rps-serve serve --policy P` and `rps-serve bench --trace` against it
+   (its isolated runs, one request at a time, come first);
+4. a measured simulator profile (`rps_serve.sim.measured`): prefill lines from the profile, decode
+   step and front-end cost from the isolated runs of step 3 (no loaded run is used);
+5. `rps-serve simulate --profile measured.json --trace served.jsonl`, where served.jsonl is the trace
+   with the token counts the server saw (the bench's prompts, tokenized; the model's media sizes);
+6. error of mean and P90 TTFT per modality, simulated against measured: `fidelity.json` and a table.
+
+`python benchmarks/fidelity.py --out out/fidelity` (`make fidelity`); about 10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rps_serve.bench.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
+from rps_serve.profiler.plan import ProfilePlan
+from rps_serve.profiles.records import read_records
+from rps_serve.requests import Modality
+from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
+from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.triton.repository import COST_PROFILE, REPOSITORY, TINY_MODEL
+from rps_serve.triton.settings import load_settings
+from rps_serve.vllm_plugin.config import RPSConfig
+from rps_serve.workload.content import ContentLimits, plan_content
+from rps_serve.workload.trace import Trace, read_trace, write_trace
+
+CLI = [str(Path(sys.executable).parent / "rps-serve")]
+KV_CACHE_GIB = 1  # configure_cpu_engine_environment's VLLM_CPU_KVCACHE_SPACE
+MAX_NUM_SEQS = 256  # not binding at these loads
+
+
+def _run(args: list[str]) -> None:
+    print("$", " ".join(["rps-serve", *args[1:]] if args[0] == CLI[0] else args), flush=True)
+    subprocess.run(args, check=True)
+
+
+def _profile(out: Path, repeats: int) -> Path:
+    path = out / "profile.jsonl"
+    expected = len(ProfilePlan(repeats=repeats).items())
+    done = sum(1 for _ in read_records(path)) if path.exists() else 0
+    if done < expected:
+        max_len = load_settings(REPOSITORY).engine_args.get("max_model_len", 8192)
+        resume = ["--resume"] if done else []
+        _run([*CLI, "profile", "--model", str(TINY_MODEL), "--out", str(path), "--repeats", str(repeats),
+              "--max-model-len", str(max_len), *resume])  # fmt: skip
+    return path
+
+
+def _bench_on_fresh_server(policy: str, out: Path, bench_args: list[str]) -> Path:
+    """`rps-serve serve --policy` in the background, `rps-serve bench` against it, then stop it."""
+    workdir = out / f"server-{policy}"
+    command = [*CLI, "serve", "--policy", policy, "--workdir", str(workdir)]
+    print("$", " ".join(["rps-serve", *command[1:]]), "&", flush=True)
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        url = None
+        assert server.stdout is not None
+        for line in server.stdout:
+            found = re.search(r"gRPC (\S+),", line)
+            if found:
+                url = found.group(1)
+                break
+        if url is None:
+            raise RuntimeError(f"rps-serve serve exited with {server.wait()}; see {workdir}/tritonserver.log")
+        result = out / f"bench-{policy}.json"
+        _run([*CLI, "bench", "--url", url, *bench_args, "--label", policy, "--json", str(result),
+              "--plot", str(out / f"bench-{policy}.png"), "--no-progress"])  # fmt: skip
+        return result
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(120)
+
+
+def served_trace(trace: Trace, media: TinyModelSpec, limits: ContentLimits, seed: int) -> Trace:
+    """`trace` with the prompt tokens the server sees for the bench's content of `seed`: the prompt
+    tokenized by the model's tokenizer, its one media placeholder expanded to the media's tokens."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(TINY_MODEL))
+    plan = plan_content(trace, media, limits)
+    counts = np.array([len(tokenizer(c.prompt)["input_ids"]) for c in plan.contents(media, seed)])
+    visual = plan.visual_tokens
+    return Trace(
+        arrival_s=trace.arrival_s,
+        kind=trace.kind,
+        prompt_tokens=counts - (visual > 0) + visual,
+        modality_tokens=visual,
+        output_tokens=plan.output_tokens,
+    )
+
+
+def _isolated(reports: list[dict[str, Any]], subset: Trace, key: str) -> np.ndarray:
+    """Every bench's isolated `key` (ttft_s, tpot_s), aligned with `subset` (trace order per modality)."""
+    runs = []
+    for report in reports:
+        values = np.full(len(subset), np.nan)
+        for modality in Modality:
+            measured = report["config"]["isolated_runs"][modality.value][key]
+            values[subset.modality == modality.index] = measured
+        runs.append(values)
+    return np.concatenate(runs)
+
+
+def measured_profile(
+    profile: Path, reports: list[dict[str, Any]], isolated: Trace, name: str
+) -> MeasuredProfile:
+    settings = load_settings(REPOSITORY)
+    lines = robust_lines(list(read_records(profile)))
+    repeated = Trace(*(np.tile(column, len(reports)) for column in _columns(isolated)))
+    # Decoding attends to the prompt and the tokens generated so far: half the output on average.
+    context = repeated.prompt_tokens + repeated.output_tokens / 2
+    step_s, kv_token_s = decode_costs(
+        context, _isolated(reports, isolated, "tpot_s"), lines[Modality.TEXT].slope
+    )
+    spec = TinyModelSpec.load(TINY_MODEL)
+    head_dim = spec.hidden // spec.heads
+    kv_bytes_per_token = 2 * spec.layers * spec.kv_heads * head_dim * 4  # float32 KV cache
+    draft = MeasuredProfile(
+        name=name,
+        lines=lines,
+        decode_step_s=step_s,
+        kv_token_s=kv_token_s,
+        front_end_s={m: 0.0 for m in Modality},
+        kv_capacity_tokens=KV_CACHE_GIB * 2**30 // kv_bytes_per_token,
+        max_num_batched_tokens=int(settings.engine_args["max_num_batched_tokens"]),
+        max_num_seqs=MAX_NUM_SEQS,
+        rps_chunk_cap_tokens=int(settings.rps.get("chunk_cap_tokens", RPSConfig().chunk_cap_tokens)),
+        cost_profile=COST_PROFILE,
+    )
+    front = front_end_seconds(draft.deployment(), repeated, _isolated(reports, isolated, "ttft_s"))
+    return MeasuredProfile(**{**draft.__dict__, "front_end_s": front})
+
+
+def _columns(trace: Trace) -> tuple[np.ndarray, ...]:
+    return (trace.arrival_s, trace.kind, trace.prompt_tokens, trace.modality_tokens, trace.output_tokens)
+
+
+def _error(simulated: float | None, measured: float | None) -> float | None:
+    if simulated is None or measured is None or measured == 0:
+        return None
+    return simulated / measured - 1
+
+
+def compare(bench: dict[str, dict[str, Any]], simulated: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for policy, report in bench.items():
+        real = report["results"][policy]["by_modality"]
+        sim = simulated["results"][policy]["by_modality"]
+        for modality in Modality:
+            for stat in ("mean", "p90"):
+                measured, predicted = real[modality.value]["ttft"][stat], sim[modality.value]["ttft"][stat]
+                rows.append(
+                    {
+                        "policy": policy,
+                        "modality": modality.value,
+                        "stat": stat,
+                        "measured_s": measured,
+                        "simulated_s": predicted,
+                        "error": _error(predicted, measured),
+                        "count": real[modality.value]["count"],
+                    }
+                )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=Path("out/fidelity"))
+    parser.add_argument("--mix", default="mixed-iii")
+    parser.add_argument("--rate", type=float, default=2.0)
+    parser.add_argument("--requests", type=int, default=150)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="trace and content (0: the server's cost-model seed)"
+    )
+    parser.add_argument("--max-output-tokens", type=int, default=64)
+    parser.add_argument("--isolated", type=int, default=5, help="isolated requests per modality per server")
+    parser.add_argument("--policies", default="fcfs,rps")
+    parser.add_argument("--profile-repeats", type=int, default=5)
+    parser.add_argument(
+        "--reuse-bench",
+        action="store_true",
+        help="keep the bench-POLICY.json of an earlier run (rebuild the rest)",
+    )
+    args = parser.parse_args()
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    profile = _profile(out, args.profile_repeats)
+    trace_file = out / "trace.jsonl"
+    _run([*CLI, "trace", "--mix", args.mix, "--rate", str(args.rate), "--requests", str(args.requests),
+          "--seed", str(args.seed), "--out", str(trace_file)])  # fmt: skip
+    limits = ContentLimits(max_text_tokens=4096, max_output_tokens=args.max_output_tokens)
+    bench_args = ["--trace", str(trace_file), "--seed", str(args.seed), "--isolated", str(args.isolated),
+                  "--max-text-tokens", str(limits.max_text_tokens),
+                  "--max-output-tokens", str(args.max_output_tokens)]  # fmt: skip
+    bench = {}
+    for policy in policies:
+        result = out / f"bench-{policy}.json"
+        if not (args.reuse_bench and result.exists()):
+            result = _bench_on_fresh_server(policy, out, bench_args)
+        bench[policy] = json.loads(result.read_text())
+
+    trace = read_trace(trace_file)
+    media = TinyModelSpec.load(TINY_MODEL)
+    served = served_trace(trace, media, limits, args.seed)
+    served_file = out / "served.jsonl"
+    write_trace(served_file, served)
+    subset = subset_trace(trace, isolated_rows(trace, args.isolated))
+    isolated = served_trace(subset, media, limits, args.seed + ISOLATED_SEED_OFFSET)
+    measured = measured_profile(profile, list(bench.values()), isolated, "tiny-qwen2-vl-cpu")
+    profile_file = out / "measured.json"
+    profile_file.write_text(json.dumps(measured.to_json(), indent=1) + "\n")
+    simulated_file = out / "simulate.json"
+    _run([*CLI, "simulate", "--profile", str(profile_file), "--trace", str(served_file), "--seed", "0",
+          "--policies", ",".join(policies), "--json", str(simulated_file)])  # fmt: skip
+    rows = compare(bench, json.loads(simulated_file.read_text()))
+    (out / "fidelity.json").write_text(
+        json.dumps(
+            {"settings": vars(args) | {"out": str(out)}, "profile": measured.to_json(), "rows": rows},
+            indent=1,
+        )
+        + "\n"
+    )
+    print(
+        f"{'policy':<6} {'modality':<6} {'stat':<4} {'n':>4} {'measured s':>10} {'simulated s':>11}"
+        f" {'error':>7}"
+    )
+    for r in rows:
+        error = "-" if r["error"] is None else f"{r['error']:+.0%}"
+        measured_s = "-" if r["measured_s"] is None else f"{r['measured_s']:.3f}"
+        simulated_s = "-" if r["simulated_s"] is None else f"{r['simulated_s']:.3f}"
+        print(
+            f"{r['policy']:<6} {r['modality']:<6} {r['stat']:<4} {r['count']:>4} {measured_s:>10}"
+            f" {simulated_s:>11} {error:>7}"
+        )
+    print(f"wrote {out / 'fidelity.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

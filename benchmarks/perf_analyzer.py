@@ -1,0 +1,95 @@
+"""NVIDIA perf_analyzer on the ensemble: text, image and video requests at rising concurrency.
+
+Starts the local tritonserver on the model repository (policy from model.json unless --policy),
+runs perf_analyzer (`-i grpc --streaming --async`: first-response latency of the decoupled ensemble)
+once per modality with the input files of `rps-serve perf-inputs`, and writes the CSVs, the logs and
+`perf.json` under --out. `make perf` does all of it on a fresh checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rps_serve.bench.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
+from rps_serve.requests import Modality
+from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
+from rps_serve.triton.server import local_server
+from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
+from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+
+
+def _row(modality: Modality, row: dict[str, str]) -> dict[str, Any]:
+    return {
+        "modality": modality.value,
+        "concurrency": int(row["Concurrency"]),
+        "requests_per_s": float(row["Inferences/Second"]),
+        "responses_per_s": float(row["Response Throughput"]),
+        **{f"{q}_first_response_ms": int(row[f"{q} latency"]) / 1000 for q in ("p50", "p90", "p99")},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--inputs", type=Path, required=True, help="directory of `rps-serve perf-inputs`")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--policy", help="override model.json's policy")
+    parser.add_argument("--concurrency", default="1:4:1", help="perf_analyzer --concurrency-range")
+    parser.add_argument("--measurement-ms", type=int, default=10000)
+    parser.add_argument("--binary-dir", type=Path, default=Path("build/perf_analyzer"))
+    parser.add_argument("--modalities", default="text,image,video", help="comma-separated, in this order")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per modality")
+    args = parser.parse_args()
+
+    binary = ensure_perf_analyzer(args.binary_dir)
+    ensure_cost_models(args.repository)
+    ensure_tiny_model(TINY_MODEL)
+    args.out.mkdir(parents=True, exist_ok=True)
+    workdir = args.out.resolve() / "server"
+    workdir.mkdir(exist_ok=True)
+    configure_cpu_engine_environment(workdir / "vllm")
+    env = {MODEL_ENV: str(TINY_MODEL)}
+    if args.policy:
+        env[POLICY_ENV] = args.policy
+    rows: list[dict[str, Any]] = []
+    failure = None
+    modalities = [Modality(m.strip()) for m in args.modalities.split(",") if m.strip()]
+    with local_server(args.repository, workdir, env=env, log_file=args.out / "tritonserver.log") as endpoints:
+        for modality in modalities:
+            run = PerfRun(
+                url=endpoints.grpc_url,
+                model="rps_ensemble",
+                input_data=args.inputs / f"{modality.value}.json",
+                csv_out=args.out / f"{modality.value}.csv",
+                concurrency=args.concurrency,
+                measurement_ms=args.measurement_ms,
+            )
+            print(" ".join(run.command(binary)), flush=True)
+            try:
+                measured = run_perf_analyzer(binary, run, args.out / f"{modality.value}.log", args.timeout_s)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                # A server that stopped answering fails every later modality too: keep what was measured.
+                failure = f"{modality.value}: {error}"
+                print(failure, file=sys.stderr)
+                break
+            # perf_analyzer orders its CSV by throughput; the report goes by concurrency.
+            rows.extend(sorted((_row(modality, row) for row in measured), key=lambda r: r["concurrency"]))
+    report = {"command": sys.argv, "policy": args.policy or "model.json", "results": rows, "failure": failure}
+    (args.out / "perf.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"{'modality':<8} {'conc':>4} {'req/s':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
+    for r in rows:
+        print(
+            f"{r['modality']:<8} {r['concurrency']:>4} {r['requests_per_s']:7.2f}"
+            + "".join(f" {r[f'{q}_first_response_ms']:8.1f}" for q in ("p50", "p90", "p99"))
+        )
+    print(f"wrote {args.out / 'perf.json'}")
+    return 1 if failure else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""`rps-serve bench`: a workload trace against a running server, measured like `rps-serve simulate`.
+
+Warm-up, then SLOs (each modality's TTFT with its requests sent one at a time, or a file), then the
+trace at its arrival times over one gRPC stream while NVML samples GPU utilization; the report has
+the simulator's JSON shape plus the isolated runs it took its SLOs from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rps_serve.bench.gpu import GpuSampler
+from rps_serve.bench.replay import build_requests, one_at_a_time, replay, warm_up
+from rps_serve.metrics import RequestRecords, grouped_metrics, slo_metrics
+from rps_serve.requests import Modality
+from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.workload.content import ContentLimits
+from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.trace import Trace, generate_trace, read_trace
+
+logger = logging.getLogger(__name__)
+
+SLO_PERCENTILE = 99  # as `rps-serve simulate`: the SLO is the P99 of isolated TTFT
+# Content seeds of the phases, offsets from the run's seed: no request repeats earlier content
+# (prefix and multimodal caches would hit).
+ISOLATED_SEED_OFFSET = 1
+WARM_UP_SEED_OFFSET = 7919
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One load run. `trace` (a JSONL file) replaces mix/rate/requests/burst_cv when given.
+
+    `model` is the served model's directory: the client sizes images and videos to it. `seed` drives
+    the trace and the content (filler text, pixels). `isolated` requests per modality set the SLOs
+    unless `slo` names a JSON file {"text": s, "image": s, "video": s}.
+    """
+
+    url: str
+    model: Path
+    mix: str = "mixed-iii"
+    rate: float = 2.0
+    requests: int = 100
+    seed: int = 0
+    burst_cv: float | None = None
+    trace: Path | None = None
+    label: str = "server"
+    max_text_tokens: int = 4096
+    max_output_tokens: int | None = None
+    isolated: int = 3
+    slo: Path | None = None
+    progress: bool = True
+
+    @property
+    def limits(self) -> ContentLimits:
+        return ContentLimits(self.max_text_tokens, max_output_tokens=self.max_output_tokens)
+
+    def load_trace(self) -> Trace:
+        if self.trace is not None:
+            return read_trace(self.trace)
+        return generate_trace(mix_by_name(self.mix), self.rate, self.requests, self.seed, self.burst_cv)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """What one run measured: the trace's records, the isolated runs and the SLOs they gave."""
+
+    records: RequestRecords
+    isolated: RequestRecords | None
+    slo_s: dict[Modality, float]
+    report: dict[str, Any]
+
+
+def read_slo(path: Path) -> dict[Modality, float]:
+    """TTFT SLO seconds per modality from a JSON object keyed by modality name."""
+    try:
+        raw = json.loads(path.read_text())
+        return {m: float(raw[m.value]) for m in Modality}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(
+            f"{path}: expected a JSON object of TTFT SLO seconds per modality "
+            f'({{"text": 0.1, "image": 0.3, "video": 1.0}}): {error}'
+        ) from None
+
+
+def isolated_rows(trace: Trace, per_modality: int) -> np.ndarray:
+    """The first `per_modality` rows of each modality present in `trace`."""
+    rows = [np.flatnonzero(trace.modality == m.index)[:per_modality] for m in Modality]
+    return np.sort(np.concatenate(rows))
+
+
+def slo_from_isolated(isolated: RequestRecords) -> dict[Modality, float]:
+    """Per modality, the P99 TTFT of its isolated runs (NaN for a modality that had none)."""
+    slo = {}
+    for modality in Modality:
+        ttft = isolated.ttft[isolated.modality == modality.index]
+        slo[modality] = float(np.percentile(ttft, SLO_PERCENTILE)) if ttft.size else float("nan")
+    return slo
+
+
+def subset_trace(trace: Trace, rows: np.ndarray) -> Trace:
+    """The requests of `trace` at `rows`, all arriving at 0 (for one-at-a-time runs)."""
+    return Trace(
+        arrival_s=np.zeros(len(rows)),
+        kind=trace.kind[rows],
+        prompt_tokens=trace.prompt_tokens[rows],
+        modality_tokens=trace.modality_tokens[rows],
+        output_tokens=trace.output_tokens[rows],
+    )
+
+
+def run_bench(config: BenchConfig) -> BenchRun:
+    """Warm up, take the SLOs, replay the trace and summarize it (see the module docstring)."""
+    media = TinyModelSpec.load(config.model)
+    trace = config.load_trace()
+    warm_up(config.url, media, config.seed + WARM_UP_SEED_OFFSET)
+    isolated = None
+    if config.slo is not None:
+        slo = read_slo(config.slo)
+    else:
+        if config.isolated < 1:
+            raise ValueError("need --slo FILE or at least one isolated request per modality")
+        subset = subset_trace(trace, isolated_rows(trace, config.isolated))
+        logger.info("%d isolated requests for the SLOs", len(subset))
+        isolated = one_at_a_time(
+            config.url,
+            subset,
+            build_requests(subset, media, config.limits, config.seed + ISOLATED_SEED_OFFSET),
+        )
+        slo = slo_from_isolated(isolated)
+    requests = build_requests(trace, media, config.limits, config.seed)
+    logger.info("replaying %d requests over %.1f s", len(trace), float(trace.arrival_s[-1]))
+    with GpuSampler() as gpu:
+        records = replay(config.url, trace, requests, progress=config.progress)
+    return BenchRun(
+        records, isolated, slo, bench_report(config, records, isolated, slo, gpu.result().to_json())
+    )
+
+
+def bench_report(
+    config: BenchConfig,
+    records: RequestRecords,
+    isolated: RequestRecords | None,
+    slo: dict[Modality, float],
+    gpu: dict[str, Any],
+) -> dict[str, Any]:
+    """`rps-serve simulate`'s JSON shape for one measured run, keyed by `config.label`."""
+    makespan = (
+        float(np.nanmax(records.finish_s) - np.nanmin(records.arrival_s)) if records.completed.any() else 0.0
+    )
+    settings: dict[str, Any] = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    settings["isolated_p99_ttft_s"] = {m.value: v for m, v in slo.items()}
+    if isolated is not None:
+        settings["isolated_runs"] = {
+            m.value: {
+                "ttft_s": isolated.ttft[isolated.modality == m.index].tolist(),
+                "tpot_s": isolated.tpot[isolated.modality == m.index].tolist(),
+            }
+            for m in Modality
+        }
+    result = {
+        **grouped_metrics(records),
+        "utilization": gpu["utilization"],
+        "gpu": gpu,
+        "completed": int(records.completed.sum()),
+        "failed": int((~records.completed).sum()),
+        "makespan_s": makespan,
+        "slo": slo_metrics(records, slo, makespan),
+    }
+    return {"config": settings, "results": {config.label: result}}

@@ -1,0 +1,104 @@
+"""What a replayed trace request holds on a served model: one policy for the Triton load client and
+the in-process vLLM replay, so both send the same words, media and output lengths for a trace."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from rps_serve.requests import Modality
+from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.workload.media import random_image, random_video
+from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.trace import Trace
+
+TOKENS_PER_WORD = 1.1  # filler words, tiny model tokenizer (measured by `rps-serve profile`)
+
+
+@dataclass(frozen=True)
+class ContentLimits:
+    """Bounds the served model puts on a trace's token counts.
+
+    Text keeps the trace's text tokens up to `max_text_tokens` (the model's context); outputs keep the
+    trace's lengths within [`min_output_tokens`, `max_output_tokens`] (None: no upper bound).
+    """
+
+    max_text_tokens: int
+    min_output_tokens: int = 1
+    max_output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_text_tokens < 1 or self.min_output_tokens < 1:
+            raise ValueError("text and output token bounds must be at least 1")
+        if self.max_output_tokens is not None and self.max_output_tokens < self.min_output_tokens:
+            raise ValueError(
+                f"max_output_tokens {self.max_output_tokens} < min_output_tokens {self.min_output_tokens}"
+            )
+
+
+@dataclass(frozen=True)
+class RequestContent:
+    """One prompt (Qwen2-VL chat format) with its media as pixels and its output length."""
+
+    modality: Modality
+    prompt: str
+    image: np.ndarray | None
+    video: np.ndarray | None
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class ContentPlan:
+    """Per trace row: modality, text tokens asked for, placeholder tokens of its media, output tokens.
+
+    Images and videos are always the model's own size (its processor would resize anything else),
+    so their placeholder tokens are the model's, not the trace's.
+    """
+
+    modality: np.ndarray
+    text_tokens: np.ndarray
+    visual_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    @property
+    def words(self) -> np.ndarray:
+        return np.maximum(1, (self.text_tokens / TOKENS_PER_WORD).astype(np.int64))
+
+    def served_trace(self, trace: Trace) -> Trace:
+        """`trace` with the token counts the served model sees (approximately, for text)."""
+        return Trace(
+            arrival_s=trace.arrival_s,
+            kind=trace.kind,
+            prompt_tokens=self.text_tokens + self.visual_tokens,
+            modality_tokens=self.visual_tokens,
+            output_tokens=self.output_tokens,
+        )
+
+    def contents(self, media: TinyModelSpec, seed: int) -> Iterator[RequestContent]:
+        """Fresh filler text and random pixels for every row: no two requests share a prefix or an image."""
+        text_rng = random.Random(seed)
+        pixels = np.random.default_rng(seed)
+        for row in range(len(self.modality)):
+            modality = Modality.from_index(int(self.modality[row]))
+            image = video = None
+            if modality is Modality.IMAGE:
+                image = random_image(media.image_size, media.image_size, pixels)
+            elif modality is Modality.VIDEO:
+                video = random_video(media.video_frames, media.video_size, media.video_size, pixels)
+            prompt = chat_prompt(filler_text(int(self.words[row]), text_rng), modality)
+            yield RequestContent(modality, prompt, image, video, int(self.output_tokens[row]))
+
+
+def plan_content(trace: Trace, media: TinyModelSpec, limits: ContentLimits) -> ContentPlan:
+    """Token counts of every request of `trace` on a model with `media` sizes, within `limits`."""
+    modality = trace.modality
+    visual = np.array(
+        [media.placeholder_tokens(Modality.from_index(int(m))) for m in modality], dtype=np.int64
+    )
+    text = np.clip(trace.prompt_tokens - trace.modality_tokens, 1, limits.max_text_tokens)
+    high = np.iinfo(np.int64).max if limits.max_output_tokens is None else limits.max_output_tokens
+    output = np.clip(trace.output_tokens, limits.min_output_tokens, high)
+    return ContentPlan(modality, text.astype(np.int64), visual, output.astype(np.int64))

@@ -1,0 +1,31 @@
+"""GPU utilization sampling: the time average, and the sampler on whatever this machine has."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rps_serve.bench.gpu import GpuSampler, time_average
+
+
+def test_time_average_weights_values_by_the_time_they_held() -> None:
+    # 0 for 1 s then 1 for 3 s (linear in between samples): trapezoids give (0.5 * 1 + 1 * 3) / 4.
+    assert time_average([0.0, 1.0, 4.0], [0.0, 1.0, 1.0]) == pytest.approx(3.5 / 4)
+    # Uneven sampling does not bias the average towards densely sampled stretches.
+    assert time_average([0.0, 0.1, 0.2, 10.0], [1.0, 1.0, 1.0, 1.0]) == pytest.approx(1.0)
+    assert time_average([5.0], [0.25]) == 0.25
+    assert time_average([], []) is None
+
+
+def test_sampler_reports_a_fraction_or_says_why_not() -> None:
+    with GpuSampler(interval_s=0.01) as gpu:
+        time.sleep(0.1)
+    result = gpu.result()
+    report = result.to_json()
+    if result.unavailable is None:  # a machine with NVIDIA's driver
+        assert result.devices >= 1 and result.samples >= 1
+        assert 0.0 <= report["utilization"] <= 1.0
+    else:  # no NVML here: the run goes on and the value is null
+        assert report["utilization"] is None and result.samples == 0
+        assert result.unavailable

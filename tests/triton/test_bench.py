@@ -1,0 +1,111 @@
+"""`rps-serve bench` and perf_analyzer against a real tritonserver running the repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rps_serve.bench.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
+from rps_serve.bench.perf_inputs import perf_input_files
+from rps_serve.cli import main
+from rps_serve.requests import Modality, RequestClass
+from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.triton.server import REPO_ROOT
+from rps_serve.workload.shapes import RequestKind
+from rps_serve.workload.trace import Trace, write_trace
+from tests.triton.conftest import Server
+
+STATS = {"mean", "p50", "p90", "p95", "p99"}
+METRICS = {"ttft", "tpot", "e2e", "norm_latency"}
+KINDS = list(RequestKind)
+
+
+def _model(server: Server) -> Path:
+    return server.repository.parent / "tiny-qwen2-vl"
+
+
+def _trace() -> Trace:
+    kinds = [RequestKind.SHORT_TEXT, RequestKind.IMAGE, RequestKind.LONG_TEXT, RequestKind.VIDEO,
+             RequestKind.SHORT_TEXT, RequestKind.IMAGE]  # fmt: skip
+    return Trace(
+        arrival_s=np.arange(len(kinds)) * 0.2,
+        kind=np.array([KINDS.index(k) for k in kinds]),
+        prompt_tokens=np.array([60, 2000, 1400, 3200, 30, 1500]),
+        modality_tokens=np.array([0, 1458, 0, 3136, 0, 1458]),
+        output_tokens=np.array([5, 9, 3, 4, 7, 2]),
+    )
+
+
+def test_bench_measures_a_trace_in_the_simulators_json_shape(server: Server, tmp_path: Path) -> None:
+    trace = _trace()
+    trace_file, out, plot = tmp_path / "trace.jsonl", tmp_path / "bench.json", tmp_path / "ttft.png"
+    write_trace(trace_file, trace)
+    argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file),
+            "--model", str(_model(server)), "--isolated", "1", "--max-text-tokens", "300",
+            "--label", "fcfs-or-rps", "--json", str(out), "--plot", str(plot), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    (result,) = report["results"].values()
+    assert list(report["results"]) == ["fcfs-or-rps"]
+    for group in [result["overall"], *result["by_modality"].values(), *result["by_class"].values()]:
+        assert set(group) == METRICS | {"count"}
+        assert all(set(group[m]) == STATS for m in METRICS)
+    assert result["completed"] == len(trace) and result["failed"] == 0
+    assert result["overall"]["count"] == len(trace)
+    counts = {m.value: int((trace.modality == m.index).sum()) for m in Modality}
+    assert {m: result["by_modality"][m]["count"] for m in counts} == counts
+    # Classes come from the server's rps_class output: every request has one of the three.
+    assert sum(result["by_class"][c.label]["count"] for c in RequestClass) == len(trace)
+    assert 0 < result["overall"]["ttft"]["mean"] <= result["overall"]["e2e"]["mean"]
+    # SLOs from one isolated request per modality, at the four scales; violations can only fall.
+    slo = result["slo"]
+    assert set(slo) == {"ttft_slo_s", "1x", "2x", "3x", "4x"}
+    assert all(v > 0 for v in slo["ttft_slo_s"].values())
+    rates = [slo[f"{k}x"]["violation_rate"] for k in (1, 2, 3, 4)]
+    assert rates == sorted(rates, reverse=True)
+    isolated = report["config"]["isolated_runs"]
+    assert {m: len(isolated[m]["ttft_s"]) for m in counts} == {m: 1 for m in counts}
+    # No NVML on a CPU machine: utilization is null and says why; with a GPU it is a fraction.
+    if result["gpu"]["unavailable"] is None:
+        assert 0.0 <= result["utilization"] <= 1.0
+    else:
+        assert result["utilization"] is None
+    assert plot.stat().st_size > 0
+
+
+def test_bench_takes_slos_from_a_file(server: Server, tmp_path: Path) -> None:
+    trace = _trace()
+    rows = trace.kind == KINDS.index(RequestKind.SHORT_TEXT)  # text only: quick
+    columns = (trace.arrival_s, trace.kind, trace.prompt_tokens, trace.modality_tokens, trace.output_tokens)
+    write_trace(tmp_path / "trace.jsonl", Trace(*(c[rows] for c in columns)))
+    slo_file = tmp_path / "slo.json"
+    slo_file.write_text(json.dumps({"text": 1e-6, "image": 1.0, "video": 1.0}))  # no request can meet it
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(tmp_path / "trace.jsonl"), "--model",
+            str(_model(server)), "--json", str(out), "--no-progress"]  # fmt: skip
+    assert main([*argv, "--slo", str(slo_file)]) == 0
+    result = json.loads(out.read_text())["results"]["server"]
+    assert result["slo"]["ttft_slo_s"]["text"] == 1e-6
+    assert result["slo"]["4x"]["violation_rate"] == 1.0 and result["slo"]["4x"]["goodput_rps"] == 0.0
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"text": 1}')
+    assert main([*argv, "--slo", str(bad)]) == 2
+
+
+def test_perf_analyzer_runs_on_the_ensemble(server: Server, tmp_path: Path) -> None:
+    """The real binary (from the tritonclient 2.51 wheel, fetched once into build/) on text requests."""
+    try:
+        binary = ensure_perf_analyzer(REPO_ROOT / "build" / "perf_analyzer")
+    except Exception as error:  # the wheel comes from PyPI: without a registry there is nothing to run
+        pytest.skip(f"perf_analyzer not available: {error}")
+    media = TinyModelSpec.load(_model(server))
+    files = perf_input_files(tmp_path / "inputs", media, per_modality=2, seed=0, max_tokens=4)
+    run = PerfRun(server.endpoints.grpc_url, "rps_ensemble", files[Modality.TEXT], tmp_path / "text.csv",
+                  concurrency="1", measurement_ms=2000, max_trials=5)  # fmt: skip
+    rows = run_perf_analyzer(binary, run, tmp_path / "perf.log", timeout_s=300)
+    assert [row["Concurrency"] for row in rows] == ["1"]
+    assert float(rows[0]["Inferences/Second"]) > 0
+    assert int(rows[0]["p50 latency"]) > 0

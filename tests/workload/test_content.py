@@ -1,0 +1,86 @@
+"""The content policy both replays share: token bounds, media sizes, fresh content per seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rps_serve.bench.replay import build_requests as triton_requests
+from rps_serve.requests import Modality
+from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.vllm_plugin.classify import ClassLabeler
+from rps_serve.vllm_plugin.replay import build_requests as engine_requests
+from rps_serve.workload.content import ContentLimits, plan_content
+from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.trace import Trace, generate_trace
+
+MEDIA = TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video_frames=8)
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    return generate_trace(mix_by_name("mixed-iii"), 4.0, 60, seed=3)
+
+
+def test_text_and_output_tokens_keep_the_trace_within_the_limits(trace: Trace) -> None:
+    limits = ContentLimits(max_text_tokens=500, min_output_tokens=4, max_output_tokens=32)
+    plan = plan_content(trace, MEDIA, limits)
+    text = trace.prompt_tokens - trace.modality_tokens
+    assert np.array_equal(plan.text_tokens, np.clip(text, 1, 500))
+    assert np.array_equal(plan.output_tokens, np.clip(trace.output_tokens, 4, 32))
+    assert (plan.text_tokens == 500).any() and (plan.text_tokens < 500).any()  # the cap bites, not always
+    unbounded = plan_content(trace, MEDIA, ContentLimits(max_text_tokens=10**6))
+    assert np.array_equal(unbounded.output_tokens, trace.output_tokens)
+
+
+def test_media_placeholders_are_the_models_not_the_traces(trace: Trace) -> None:
+    plan = plan_content(trace, MEDIA, ContentLimits(max_text_tokens=4096))
+    expected = {Modality.TEXT: 0, Modality.IMAGE: MEDIA.image_tokens, Modality.VIDEO: MEDIA.video_tokens}
+    for modality, tokens in expected.items():
+        assert (plan.visual_tokens[trace.modality == modality.index] == tokens).all()
+    served = plan.served_trace(trace)
+    assert np.array_equal(served.modality_tokens, plan.visual_tokens)
+    assert np.array_equal(served.prompt_tokens, plan.text_tokens + plan.visual_tokens)
+    assert np.array_equal(served.arrival_s, trace.arrival_s)
+
+
+def test_contents_are_fresh_per_seed_and_reproducible(trace: Trace) -> None:
+    plan = plan_content(trace, MEDIA, ContentLimits(max_text_tokens=256))
+    first = list(plan.contents(MEDIA, seed=1))
+    again = list(plan.contents(MEDIA, seed=1))
+    other = list(plan.contents(MEDIA, seed=2))
+    assert [c.prompt for c in first] == [c.prompt for c in again]
+    assert all(a.prompt != b.prompt for a, b in zip(first, other, strict=True))
+    assert len({c.prompt for c in first}) == len(first)
+    for row, content in enumerate(first):
+        assert content.modality.index == trace.modality[row]
+        assert content.max_tokens == plan.output_tokens[row]
+        assert (content.image is not None) == (content.modality is Modality.IMAGE)
+        assert (content.video is not None) == (content.modality is Modality.VIDEO)
+        # About TOKENS_PER_WORD tokens a word: the word count follows the planned tokens.
+        assert len(content.prompt.split()) >= plan.words[row]
+    image = next(c.image for c in first if c.image is not None)
+    video = next(c.video for c in first if c.video is not None)
+    assert image.shape == (MEDIA.image_size, MEDIA.image_size, 3)
+    assert video.shape == (MEDIA.video_frames, MEDIA.video_size, MEDIA.video_size, 3)
+
+
+def test_both_replays_send_the_same_content(trace: Trace) -> None:
+    rows = trace.modality != Modality.VIDEO.index  # skip MP4 encoding: text and images are enough here
+    columns = (trace.arrival_s, trace.kind, trace.prompt_tokens, trace.modality_tokens, trace.output_tokens)
+    small = Trace(*(column[rows][:12] for column in columns))
+    limits = ContentLimits(max_text_tokens=300, max_output_tokens=16)
+    over_triton = triton_requests(small, MEDIA, limits, seed=5)
+    in_engine = engine_requests(small, MEDIA, ClassLabeler(None), limits, seed=5)
+    assert [g.prompt for g in over_triton] == [r.prompt["prompt"] for r in in_engine]
+    assert [g.sampling_parameters["max_tokens"] for g in over_triton] == [r.max_tokens for r in in_engine]
+    assert [len(g.images) for g in over_triton] == [
+        int("multi_modal_data" in r.prompt and "image" in r.prompt["multi_modal_data"]) for r in in_engine
+    ]
+
+
+def test_bad_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        ContentLimits(max_text_tokens=0)
+    with pytest.raises(ValueError, match="max_output_tokens"):
+        ContentLimits(max_text_tokens=10, min_output_tokens=8, max_output_tokens=4)
