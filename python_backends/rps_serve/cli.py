@@ -317,12 +317,17 @@ def _soak(args: argparse.Namespace) -> int:
     )
     print(f"cycle {CYCLE_HEADER}")
     for n, cycle in enumerate(report.cycles, 1):
-        by_process = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(cycle.rss_drained_by_process.items()))
-        print(f"{n:5d} {cycle_row(cycle)}  ({by_process} GB)")
+        print(f"{n:5d} {cycle_row(cycle)}")
+        print(f"      RSS after the drain: {_gigabytes(cycle.rss_drained_by_process)}")
+        print(f"      of which shared memory: {_gigabytes(cycle.shm_drained_by_stub)}")
     print(f"resident memory growth, drained after the last cycle vs the first: {report.rss_growth:+.1%}")
     print("\n".join(report.failures()) or "all checks passed")
     print(f"wrote {args.out / 'soak.json'}")
     return 1 if report.failures() else 0
+
+
+def _gigabytes(bytes_by_name: dict[str, int]) -> str:
+    return ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in sorted(bytes_by_name.items()))
 
 
 def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 from dataclasses import dataclass
@@ -68,6 +69,22 @@ def tree_rss_by_process(root: psutil.Process) -> dict[str, int]:
         except psutil.NoSuchProcess:  # a process that ended between listing and reading
             continue
     return rss
+
+
+def backend_shm_bytes(root: psutil.Process) -> dict[str, int]:
+    """Memory held by each Python-backend stub's shared-memory region (tmpfs pages in use), per stub label.
+
+    Triton and the stub both map the region, so its pages count in the resident memory of both.
+    """
+    held: dict[str, int] = {}
+    for process in root.children():
+        try:
+            label, cmdline = process_label(process), process.cmdline()
+            if label.startswith("stub "):  # its second argument names the region
+                held[label] = os.stat(Path("/dev/shm") / cmdline[2]).st_blocks * 512
+        except (psutil.NoSuchProcess, FileNotFoundError):
+            continue
+    return held
 
 
 def tree_rss_bytes(root: psutil.Process) -> int:

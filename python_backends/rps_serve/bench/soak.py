@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from rps_serve.bench.replay import ENSEMBLE, build_request
-from rps_serve.bench.server_stats import MetricsSnapshot, scrape, server_process, tree_rss_by_process
+from rps_serve.bench.server_stats import (
+    MetricsSnapshot,
+    backend_shm_bytes,
+    scrape,
+    server_process,
+    tree_rss_by_process,
+)
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.triton.server import Endpoints
@@ -71,6 +77,7 @@ class CycleReport:
     rss_drained_bytes: int
     rss_peak_bytes: int
     rss_drained_by_process: dict[str, int]
+    shm_drained_by_stub: dict[str, int]  # Python-backend regions, inside both triton's and the stub's RSS
     kv_usage_peak: float
     kv_usage_after_drain: float
     queue_depth_peak: float
@@ -257,6 +264,7 @@ def _run_cycle(
         rss_drained_bytes=sum(rss.values()),
         rss_peak_bytes=sampler.rss_peak,
         rss_drained_by_process=rss,
+        shm_drained_by_stub=backend_shm_bytes(sampler.process),
         kv_usage_peak=sampler.kv_peak,
         kv_usage_after_drain=metrics.total("rps_kv_cache_usage", model=VLLM_MODEL),
         queue_depth_peak=sampler.queue_peak,
