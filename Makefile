@@ -72,11 +72,14 @@ ab: $(TINY_MODEL)/config.json
 		--policies fcfs,rps --json $(OUT)/ab/rate4.json
 	$(BIN)/python benchmarks/bench_plugin_overhead.py $(TINY_MODEL)
 
-# Overload soak on the local tritonserver: 1.5x the measured sustainable rate, mixed workload, then a drain
-# (SOAK_MINUTES=20 by default; exits non-zero if a request is lost, memory grows >= 10% or KV blocks leak).
+# Overload soak on the local tritonserver: SOAK_CYCLES load-and-drain cycles at 1.5x the measured sustainable
+# rate, mixed workload, SOAK_MINUTES of load in all (exits non-zero if a request is lost, memory after the last
+# drain is >= 10% above that after the first, or KV blocks leak).
 SOAK_MINUTES ?= 20
+SOAK_CYCLES ?= 4
 soak: $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve --verbose soak --minutes $(SOAK_MINUTES) --rate-factor 1.5 --out $(OUT)/soak
+	$(BIN)/rps-serve --verbose soak --minutes $(SOAK_MINUTES) --cycles $(SOAK_CYCLES) --rate-factor 1.5 \
+		--out $(OUT)/soak
 
 # NVIDIA perf_analyzer (the binary from the tritonclient 2.51 wheel) against the local server's ensemble.
 perf: setup $(TINY_MODEL)/config.json $(ONNX)

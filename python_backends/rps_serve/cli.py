@@ -276,7 +276,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _soak(args: argparse.Namespace) -> int:
-    from rps_serve.bench.soak import SoakConfig, run_soak
+    from rps_serve.bench.soak import CYCLE_HEADER, SoakConfig, cycle_row, run_soak
     from rps_serve.tiny_model import TinyModelSpec
     from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
     from rps_serve.triton.server import local_server
@@ -289,6 +289,7 @@ def _soak(args: argparse.Namespace) -> int:
         ensure_tiny_model(TINY_MODEL)
     config = SoakConfig(
         duration_s=args.minutes * 60,
+        cycles=args.cycles,
         rate=args.rate,
         rate_factor=args.rate_factor,
         calibrate_s=args.calibrate_s,
@@ -302,7 +303,8 @@ def _soak(args: argparse.Namespace) -> int:
     print(f"starting tritonserver (log: {workdir / 'tritonserver.log'})")
     with local_server(args.repository, workdir, env=env) as endpoints:
         print(
-            f"soak: {config.mix} through rps_ensemble for {args.minutes:g} min at {config.rate_factor:g}x "
+            f"soak: {config.mix} through rps_ensemble, {config.cycles} cycles of {config.cycle_s / 60:g} min "
+            f"at {config.rate_factor:g}x "
             + (
                 f"{config.rate:g} req/s"
                 if config.rate
@@ -312,8 +314,17 @@ def _soak(args: argparse.Namespace) -> int:
         report = run_soak(endpoints, TinyModelSpec.load(model), config)
     result = report.to_json()
     (args.out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
-    for key, value in result.items():
-        print(f"{key:28} {value}")
+    print(
+        f"sustainable {report.sustainable_rate:.2f} req/s, offered {report.offered_rate:.2f} req/s, "
+        f"{config.cycles} cycles of {config.cycle_s:g} s"
+    )
+    print(f"cycle {CYCLE_HEADER}")
+    for n, cycle in enumerate(report.cycles, 1):
+        print(f"{n:5d} {cycle_row(cycle)}")
+        print(f"      RSS after the drain: {_gigabytes(cycle.rss_drained_by_process)}")
+        print(f"      of which shared memory: {_gigabytes(cycle.shm_drained_by_stub)}")
+    print(f"resident memory growth, drained after the last cycle vs the first: {report.rss_growth:+.1%}")
+    print("\n".join(report.failures()) or "all checks passed")
     print(f"wrote {args.out / 'soak.json'}")
     return 1 if report.failures() else 0
 
@@ -374,6 +385,10 @@ def _perf_inputs(args: argparse.Namespace) -> int:
     for modality, path in files.items():
         print(f"{modality.value:<6} {path}")
     return 0
+
+
+def _gigabytes(bytes_by_name: dict[str, int]) -> str:
+    return ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in sorted(bytes_by_name.items()))
 
 
 def _add_workload_arguments(parser: argparse.ArgumentParser, rate_required: bool = True) -> None:
@@ -531,7 +546,12 @@ def _parser() -> argparse.ArgumentParser:
     soak.add_argument(
         "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
     )
-    soak.add_argument("--minutes", type=float, default=20.0, help="time under load, before the drain")
+    soak.add_argument(
+        "--minutes", type=float, default=20.0, help="time under load over all cycles (drains on top)"
+    )
+    soak.add_argument(
+        "--cycles", type=int, default=4, help="load-and-drain cycles; the first is the warm-up (>= 2)"
+    )
     soak.add_argument(
         "--rate", type=float, help="rate the server sustains, req/s (default: measured closed-loop first)"
     )

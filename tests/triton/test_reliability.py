@@ -436,13 +436,15 @@ def test_cancellation_storm_through_the_ensemble(server: Server, requests: Reque
 
 
 def test_short_overload_soak(server: Server) -> None:
-    """`rps-serve soak` in small: the rate measured closed-loop, 1.5x it for 45 s, then the drain."""
-    config = SoakConfig(
-        duration_s=45, calibrate_s=15, calibrate_concurrency=8, warm_up_fraction=0.3, sample_s=2, seed=3
-    )
+    """`rps-serve soak` in small: the rate measured closed-loop, then two cycles of 1.5x it for 22 s
+    each, each followed by the drain; memory after the second drain against that after the first."""
+    config = SoakConfig(duration_s=44, cycles=2, calibrate_s=15, calibrate_concurrency=8, sample_s=2, seed=3)
     report = run_soak(server.endpoints, SPEC, config)
     print(report.to_json())
-    assert report.sent >= 10
-    assert report.completed + report.errors == report.sent
-    assert report.errors == 0, report.error_examples
+    for cycle in report.cycles:
+        assert cycle.sent >= 5
+        assert cycle.completed + cycle.errors == cycle.sent
+        assert cycle.errors == 0, cycle.error_examples
+        assert set(cycle.rss_drained_by_process) >= {"tritonserver", "stub vllm_model"}
+        assert set(cycle.shm_drained_by_stub) >= {"stub preprocess", "stub vllm_model"}
     assert report.failures() == []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -48,12 +50,43 @@ def server_process(grpc_port: int) -> psutil.Process:
     raise LookupError(f"no tritonserver with {flag}")
 
 
-def tree_rss_bytes(root: psutil.Process) -> int:
-    """Resident memory of the server, its Python-backend stubs and vLLM's engine-core process together."""
-    total = 0
+def process_label(process: psutil.Process) -> str:
+    """A short name for a server process: `tritonserver`, `stub <model>`, `VLLM::EngineCore`, ..."""
+    cmdline = process.cmdline()
+    name = Path(cmdline[0]).name if cmdline else process.name()  # vLLM retitles its processes there
+    if name == "triton_python_backend_stub":  # its first argument is <repository>/<model>/<version>/model.*
+        return f"stub {Path(cmdline[1]).parts[-3]}"
+    return name
+
+
+def tree_rss_by_process(root: psutil.Process) -> dict[str, int]:
+    """Resident memory of the server, its Python-backend stubs and vLLM's engine core, per process label."""
+    rss: dict[str, int] = {}
     for process in [root, *root.children(recursive=True)]:
         try:
-            total += process.memory_info().rss
+            label = process_label(process)
+            rss[label] = rss.get(label, 0) + process.memory_info().rss
         except psutil.NoSuchProcess:  # a process that ended between listing and reading
             continue
-    return total
+    return rss
+
+
+def backend_shm_bytes(root: psutil.Process) -> dict[str, int]:
+    """Memory held by each Python-backend stub's shared-memory region (tmpfs pages in use), per stub label.
+
+    Triton and the stub both map the region, so its pages count in the resident memory of both.
+    """
+    held: dict[str, int] = {}
+    for process in root.children():
+        try:
+            label, cmdline = process_label(process), process.cmdline()
+            if label.startswith("stub "):  # its second argument names the region
+                held[label] = os.stat(Path("/dev/shm") / cmdline[2]).st_blocks * 512
+        except (psutil.NoSuchProcess, FileNotFoundError):
+            continue
+    return held
+
+
+def tree_rss_bytes(root: psutil.Process) -> int:
+    """Resident memory of the server's whole process tree."""
+    return sum(tree_rss_by_process(root).values())

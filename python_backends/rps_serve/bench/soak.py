@@ -1,10 +1,13 @@
-"""The overload soak: a mixed workload at a multiple of the rate the server sustains, then a drain,
-checking that every request ends, memory does not grow and the engine gives back its KV cache.
+"""The overload soak: repeated load-and-drain cycles of a mixed workload at a multiple of the rate the
+server sustains, checking that every request ends, memory does not grow and the KV cache comes back.
 
 The sustainable rate is measured closed-loop (a fixed number of requests always in flight, the
-throughput they reach) unless given. The soak then sends Poisson arrivals at `rate_factor` times that
-rate for the configured time on one gRPC stream, samples the resident memory of the server's process
-tree and its metrics, waits for every request's final response, and drains.
+throughput they reach) unless given. Each cycle then sends Poisson arrivals at `rate_factor` times that
+rate (the same arrival times every cycle, fresh requests) on one gRPC stream, waits for every request's
+final response and for the server to drain, and reads the resident memory of the server's process tree.
+The first cycle is the warm-up: the multimodal caches fill and the allocators reach the high-water mark of
+a full overload backlog. Memory growth compares the drained memory after the last cycle with that after
+the first, so what remains is what each further identical cycle leaves behind.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from typing import Any
 import numpy as np
 
 from rps_serve.bench.replay import ENSEMBLE, generation
-from rps_serve.bench.server_stats import MetricsSnapshot, scrape, server_process, tree_rss_bytes
+from rps_serve.bench.server_stats import (
+    MetricsSnapshot,
+    backend_shm_bytes,
+    scrape,
+    server_process,
+    tree_rss_by_process,
+)
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.triton.server import Endpoints
@@ -39,10 +48,10 @@ SOAK_CONTENT = ContentLimits(max_text_tokens=2048, min_output_tokens=4, max_outp
 
 @dataclass(frozen=True)
 class SoakConfig:
-    duration_s: float = 20 * 60
+    duration_s: float = 20 * 60  # offered-load time over all cycles (drains come on top)
+    cycles: int = 4  # the first is the warm-up; growth is measured over the others
     rate: float | None = None  # requests per second the server sustains; measured when None
     rate_factor: float = 1.5
-    warm_up_fraction: float = 0.2  # memory is compared from the end of this part of the run
     calibrate_s: float = 120.0
     calibrate_concurrency: int = 16
     mix: str = "mixed-iii"
@@ -50,51 +59,70 @@ class SoakConfig:
     sample_s: float = 5.0
     drain_timeout_s: float = 900.0
 
+    def __post_init__(self) -> None:
+        if self.cycles < 2:
+            raise ValueError("the soak needs at least 2 cycles: the first is the warm-up")
+
+    @property
+    def cycle_s(self) -> float:
+        return self.duration_s / self.cycles
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """One load-and-drain cycle; memory read once the server has drained (and its peak under load)."""
+
+    sent: int
+    completed: int
+    errors: int
+    lost: int
+    rss_drained_bytes: int
+    rss_peak_bytes: int
+    rss_drained_by_process: dict[str, int]
+    shm_drained_by_stub: dict[str, int]  # Python-backend regions, inside both triton's and the stub's RSS
+    kv_usage_peak: float
+    kv_usage_after_drain: float
+    queue_depth_peak: float
+    queue_depth_after_drain: float
+    pending_after_drain: float
+    drain_s: float  # from the last arrival until every response came and the server was idle
+    error_examples: list[str] = field(default_factory=list)
+
 
 @dataclass(frozen=True)
 class SoakReport:
     sustainable_rate: float
     offered_rate: float
-    duration_s: float
-    sent: int
-    completed: int
-    errors: int
-    lost: int
-    rss_after_warm_up_bytes: int
-    rss_peak_bytes: int
-    rss_after_drain_bytes: int
+    cycle_s: float
     kv_usage_before: float
-    kv_usage_after_drain: float
-    kv_usage_peak: float
-    queue_depth_peak: float
-    queue_depth_after_drain: float
-    pending_after_drain: float
-    drain_s: float
-    error_examples: list[str] = field(default_factory=list)
+    cycles: list[CycleReport]
 
     @property
     def rss_growth(self) -> float:
-        return self.rss_after_drain_bytes / self.rss_after_warm_up_bytes - 1.0
+        """Drained memory after the last cycle relative to that after the first (the warm-up)."""
+        return self.cycles[-1].rss_drained_bytes / self.cycles[0].rss_drained_bytes - 1.0
 
     def failures(self) -> list[str]:
         """What the soak requires, as messages for each requirement not met (empty when all are)."""
         failed = []
-        if self.lost:
-            failed.append(f"{self.lost} requests got no final response")
+        if lost := sum(c.lost for c in self.cycles):
+            failed.append(f"{lost} requests got no final response")
         if self.rss_growth >= MAX_RSS_GROWTH:
             failed.append(
-                f"resident memory grew {self.rss_growth:.1%} after warm-up (limit {MAX_RSS_GROWTH:.0%})"
+                f"resident memory after the drain grew {self.rss_growth:.1%} from the first cycle to the "
+                f"last (limit {MAX_RSS_GROWTH:.0%})"
             )
-        if self.kv_usage_after_drain > self.kv_usage_before:
-            failed.append(
-                f"KV cache usage {self.kv_usage_after_drain:.4f} after drain, "
-                f"{self.kv_usage_before:.4f} before"
-            )
-        if self.queue_depth_after_drain or self.pending_after_drain:
-            failed.append(
-                f"after drain: queue depth {self.queue_depth_after_drain:.0f}, "
-                f"pending requests {self.pending_after_drain:.0f}"
-            )
+        for n, c in enumerate(self.cycles, 1):
+            if c.kv_usage_after_drain > self.kv_usage_before:
+                failed.append(
+                    f"cycle {n}: KV cache usage {c.kv_usage_after_drain:.4f} after drain, "
+                    f"{self.kv_usage_before:.4f} before"
+                )
+            if c.queue_depth_after_drain or c.pending_after_drain:
+                failed.append(
+                    f"cycle {n} after drain: queue depth {c.queue_depth_after_drain:.0f}, "
+                    f"pending requests {c.pending_after_drain:.0f}"
+                )
         return failed
 
     def to_json(self) -> dict[str, Any]:
@@ -123,8 +151,8 @@ def measure_sustainable_rate(
         try:
             for n in count():
                 with lock:
-                    generation = next(requests)
-                client.submit(model, f"c{index}-{n}", generation.tensors())
+                    request = next(requests)
+                client.submit(model, f"c{index}-{n}", request.tensors())
                 client.wait(f"c{index}-{n}")
                 if time.monotonic() > deadline:
                     return
@@ -151,14 +179,14 @@ class _Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
 
-    def rss(self) -> int:
-        value = tree_rss_bytes(self.process)
-        self.rss_peak = max(self.rss_peak, value)
+    def rss_by_process(self) -> dict[str, int]:
+        value = tree_rss_by_process(self.process)
+        self.rss_peak = max(self.rss_peak, sum(value.values()))
         return value
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
-            self.rss()
+            self.rss_by_process()
             metrics = scrape(self.endpoints.metrics_url)
             self.kv_peak = max(self.kv_peak, metrics.total("rps_kv_cache_usage", model=VLLM_MODEL))
             self.queue_peak = max(self.queue_peak, metrics.total("rps_queue_depth", model=VLLM_MODEL))
@@ -175,57 +203,90 @@ class _Sampler:
 def run_soak(
     endpoints: Endpoints, media: TinyModelSpec, config: SoakConfig, model: str = ENSEMBLE
 ) -> SoakReport:
-    """Measure (or take) the sustainable rate, overload the server at `rate_factor` times it, drain."""
+    """Measure (or take) the sustainable rate, then run the load-and-drain cycles at `rate_factor` x it."""
     rate = config.rate or measure_sustainable_rate(endpoints, media, config, model)
     offered = rate * config.rate_factor
     logger.info(
-        "sustainable rate %.2f req/s; soaking at %.2f req/s for %.0f s", rate, offered, config.duration_s
+        "sustainable rate %.2f req/s; soaking at %.2f req/s in %d cycles of %.0f s",
+        rate,
+        offered,
+        config.cycles,
+        config.cycle_s,
     )
     kv_before = scrape(endpoints.metrics_url).total("rps_kv_cache_usage", model=VLLM_MODEL)
     arrivals = np.cumsum(
-        np.random.default_rng(config.seed).exponential(1.0 / offered, int(offered * config.duration_s) + 1)
+        np.random.default_rng(config.seed).exponential(1.0 / offered, int(offered * config.cycle_s) + 1)
     )
-    arrivals = arrivals[arrivals < config.duration_s]
+    arrivals = arrivals[arrivals < config.cycle_s]
     requests = request_stream(config.mix, media, config.seed)
+    cycles = []
+    for n in range(config.cycles):
+        cycles.append(_run_cycle(endpoints, model, config, arrivals, requests, f"s{n}-"))
+        logger.info("cycle %d of %d: %s", n + 1, config.cycles, cycle_row(cycles[-1]))
+    return SoakReport(
+        sustainable_rate=rate,
+        offered_rate=offered,
+        cycle_s=config.cycle_s,
+        kv_usage_before=kv_before,
+        cycles=cycles,
+    )
+
+
+def _run_cycle(
+    endpoints: Endpoints,
+    model: str,
+    config: SoakConfig,
+    arrivals: np.ndarray,
+    requests: Iterator[Generation],
+    prefix: str,
+) -> CycleReport:
+    """Send one cycle's arrivals, wait for every response and for the server to drain."""
     client = StreamClient(endpoints.grpc_url)
-    rss_warm = 0
     with _Sampler(endpoints, config.sample_s) as sampler:
         start = time.monotonic()
         try:
             for row, at in enumerate(arrivals):
-                generation = next(requests)  # built before its time comes, so arrivals stay on time
-                if not rss_warm and at >= config.warm_up_fraction * config.duration_s:
-                    rss_warm = sampler.rss()
+                request = next(requests)  # built before its time comes, so arrivals stay on time
                 time.sleep(max(0.0, start + at - time.monotonic()))
-                client.submit(model, f"s{row}", generation.tensors())
+                client.submit(model, f"{prefix}{row}", request.tensors())
             lost, unattributed = _wait_all(client, config.drain_timeout_s)
-            results = [client.results[f"s{row}"] for row in range(len(arrivals))]
+            results = [client.results[f"{prefix}{row}"] for row in range(len(arrivals))]
         finally:
             client.close()
-        drained_at = time.monotonic()
         metrics = _drained(endpoints, timeout_s=120.0)
-        rss_end = sampler.rss()
+        drain_s = time.monotonic() - start - config.cycle_s
+        rss = sampler.rss_by_process()
     errors = [r.error for r in results if r.error] + unattributed
-    return SoakReport(
-        sustainable_rate=rate,
-        offered_rate=offered,
-        duration_s=config.duration_s,
+    return CycleReport(
         sent=len(arrivals),
         completed=sum(r.error is None and r.done_s is not None for r in results),
         errors=len(errors),
         lost=lost,
-        rss_after_warm_up_bytes=rss_warm or sampler.rss(),
+        rss_drained_bytes=sum(rss.values()),
         rss_peak_bytes=sampler.rss_peak,
-        rss_after_drain_bytes=rss_end,
-        kv_usage_before=kv_before,
-        kv_usage_after_drain=metrics.total("rps_kv_cache_usage", model=VLLM_MODEL),
+        rss_drained_by_process=rss,
+        shm_drained_by_stub=backend_shm_bytes(sampler.process),
         kv_usage_peak=sampler.kv_peak,
+        kv_usage_after_drain=metrics.total("rps_kv_cache_usage", model=VLLM_MODEL),
         queue_depth_peak=sampler.queue_peak,
         queue_depth_after_drain=metrics.total("rps_queue_depth", model=VLLM_MODEL),
         pending_after_drain=metrics.total("nv_inference_pending_request_count"),
-        drain_s=drained_at - start - config.duration_s,
+        drain_s=drain_s,
         error_examples=sorted(set(errors))[:5],
     )
+
+
+def cycle_row(cycle: CycleReport) -> str:
+    """One cycle as a line of the soak's table (see `CYCLE_HEADER`)."""
+    gb = 1e9
+    return (
+        f"{cycle.sent:6d} {cycle.completed:9d} {cycle.errors:6d} {cycle.lost:4d} "
+        f"{cycle.rss_drained_bytes / gb:9.2f} {cycle.rss_peak_bytes / gb:9.2f} "
+        f"{cycle.queue_depth_peak:10.0f} {cycle.drain_s:8.0f}"
+    )
+
+
+CYCLE_HEADER = "  sent completed errors lost drained GB   peak GB queue peak  drain s"
 
 
 def _wait_all(client: StreamClient, timeout_s: float) -> tuple[int, list[str]]:
