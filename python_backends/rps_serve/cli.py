@@ -246,14 +246,22 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from rps_serve.bench.demo import DemoConfig, run_demo, save_results, ttft_table
+def _repository_and_model(args: argparse.Namespace) -> Path:
+    """The model a local server runs (`--model`, else the tiny model, built if missing), with the
+    repository's cost models trained if they are missing."""
     from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
 
     ensure_cost_models(args.repository)
-    model = args.model or TINY_MODEL
-    if args.model is None:
-        ensure_tiny_model(TINY_MODEL)
+    if args.model is not None:
+        return Path(args.model)
+    ensure_tiny_model(TINY_MODEL)
+    return TINY_MODEL
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from rps_serve.bench.demo import DemoConfig, run_demo, save_results, ttft_table
+
+    model = _repository_and_model(args)
     config = DemoConfig(
         repository=args.repository,
         model=model,
@@ -278,15 +286,11 @@ def _demo(args: argparse.Namespace) -> int:
 def _soak(args: argparse.Namespace) -> int:
     from rps_serve.bench.soak import CYCLE_HEADER, SoakConfig, cycle_row, run_soak
     from rps_serve.tiny_model import TinyModelSpec
-    from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
     from rps_serve.triton.server import local_server
     from rps_serve.triton.settings import MODEL_ENV
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 
-    ensure_cost_models(args.repository)
-    model = args.model or TINY_MODEL
-    if args.model is None:
-        ensure_tiny_model(TINY_MODEL)
+    model = _repository_and_model(args)
     config = SoakConfig(
         duration_s=args.minutes * 60,
         cycles=args.cycles,

@@ -9,10 +9,9 @@ import numpy as np
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from rps_serve.triton import protocol as p
 from rps_serve.triton.media import MediaLimits, decode_image, decode_images, decode_video
 from rps_serve.triton.protocol import BadRequest, parse_request
-from tests.triton.fuzzing import any_tensor, fuzz_settings, image_bytes, video_bytes
+from tests.triton.fuzzing import INPUT_NAMES, any_tensor, fuzz_settings, image_bytes, video_bytes
 
 LIMITS = MediaLimits(
     max_images=2, max_image_pixels=64 * 64, max_video_pixels=32 * 32, max_video_frames=40, video_frames=4
@@ -60,17 +59,7 @@ def test_fuzz_video_decoder(data: bytes) -> None:
 
 inputs = st.fixed_dictionaries(
     {},
-    optional={
-        name: any_tensor
-        for name in (
-            p.TEXT_INPUT,
-            p.IMAGE,
-            p.VIDEO,
-            p.STREAM,
-            p.SAMPLING_PARAMETERS,
-            p.EXCLUDE_INPUT_IN_OUTPUT,
-        )
-    },
+    optional={name: any_tensor for name in INPUT_NAMES},
 )
 
 

@@ -33,6 +33,7 @@ from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
 from tests.triton.conftest import SPEC, Requests, Server, start_server
 from tests.triton.fuzzing import (
+    INPUT_NAMES,
     any_tensor,
     base64_field,
     bomb_png,
@@ -280,17 +281,7 @@ def fuzzed_request(draw: st.DrawFn) -> dict[str, np.ndarray]:
     if kind == "raw":  # any dtype and shape per input, some missing: Triton or the parser refuses them
         return draw(
             st.dictionaries(
-                st.sampled_from(
-                    [
-                        p.TEXT_INPUT,
-                        p.IMAGE,
-                        p.VIDEO,
-                        p.STREAM,
-                        p.SAMPLING_PARAMETERS,
-                        p.EXCLUDE_INPUT_IN_OUTPUT,
-                        "unknown_input",
-                    ]
-                ),
+                st.sampled_from([*INPUT_NAMES, "unknown_input"]),
                 any_tensor,
                 max_size=6,
             )
