@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.request
 from dataclasses import replace
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from rps_serve.bench.server_stats import scrape
 from rps_serve.cost import features as cols
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_video, infer_inputs
@@ -41,16 +41,14 @@ def preprocess_features(server: Server, generation: Generation) -> np.ndarray:
     return features
 
 
-def scrape_metrics(server: Server) -> dict[tuple[str, str], float]:
+def class_metrics(server: Server) -> dict[tuple[str, str], float]:
     """(metric, class) -> value for the rps_* series of vllm_model."""
-    with urllib.request.urlopen(server.endpoints.metrics_url) as reply:
-        text = reply.read().decode()
-    values = {}
-    for line in text.splitlines():
-        match = re.match(r'(rps_\w+)\{.*rps_class="(\w+)".*\} ([-0-9.e+]+)$', line)
-        if match:
-            values[(match[1], match[2])] = float(match[3])
-    return values
+    snapshot = scrape(server.endpoints.metrics_url)
+    return {
+        (name, dict(labels)["rps_class"]): value
+        for (name, labels), value in snapshot.samples.items()
+        if name.startswith("rps_") and ("model", "vllm_model") in labels and "rps_class" in dict(labels)
+    }
 
 
 @pytest.mark.parametrize("modality", list(Modality), ids=lambda m: m.value)
@@ -116,7 +114,7 @@ def test_vllm_model_directly_with_a_video(server: Server, requests: Requests) ->
 def test_cancelling_a_stream_aborts_the_request(server: Server, requests: Requests) -> None:
     """Sent to vllm_model: Triton 2.51's ensembles pass a cancellation on only between steps, so one
     that arrives while the last step streams never reaches it (README, what the tests do not cover)."""
-    before = scrape_metrics(server)
+    before = class_metrics(server)
     client = StreamClient(server.endpoints.grpc_url)
     client.submit("vllm_model", "long", requests.make(Modality.TEXT, max_tokens=4000).tensors())
     while not client.results["long"].chunks:
@@ -126,7 +124,7 @@ def test_cancelling_a_stream_aborts_the_request(server: Server, requests: Reques
 
     key = ("rps_cancelled_total", label)
     deadline = time.monotonic() + 120
-    while scrape_metrics(server).get(key, 0) <= before.get(key, 0):
+    while class_metrics(server).get(key, 0) <= before.get(key, 0):
         assert time.monotonic() < deadline, "the engine request was not aborted"
         time.sleep(0.5)
     assert run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=2)).error is None
@@ -175,7 +173,7 @@ def test_bad_requests_get_errors_while_good_ones_complete(server: Server, reques
 
 def test_per_class_metrics(server: Server, requests: Requests) -> None:
     assert run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=2)).error is None
-    metrics = scrape_metrics(server)
+    metrics = class_metrics(server)
     for name in ("rps_requests_total", "rps_queue_depth", "rps_wait_seconds_total", "rps_preemptions_total"):
         for cls in RequestClass:
             assert (name, cls.label) in metrics, (name, cls.label)

@@ -85,8 +85,3 @@ def backend_shm_bytes(root: psutil.Process) -> dict[str, int]:
         except (psutil.NoSuchProcess, FileNotFoundError):
             continue
     return held
-
-
-def tree_rss_bytes(root: psutil.Process) -> int:
-    """Resident memory of the server's whole process tree."""
-    return sum(tree_rss_by_process(root).values())
