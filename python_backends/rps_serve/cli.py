@@ -407,6 +407,14 @@ def _add_workload_arguments(parser: argparse.ArgumentParser, rate_required: bool
     )
 
 
+def _add_local_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `_repository_and_model` reads: the repository to serve and the model to run."""
+    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument(
+        "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rps-serve", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -531,10 +539,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo", help="replay a mixed workload through the local tritonserver under FCFS and RPS"
     )
-    demo.add_argument("--repository", type=Path, default=Path("model_repository"))
-    demo.add_argument(
-        "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
-    )
+    _add_local_server_arguments(demo)
     demo.add_argument("--policies", default="fcfs,rps", help="comma-separated; one server run each")
     demo.add_argument("--mix", default="mixed-iii", choices=list(MIXES))
     demo.add_argument("--rate", type=float, default=2.0, help="mean arrival rate, requests per second")
@@ -546,10 +551,7 @@ def _parser() -> argparse.ArgumentParser:
     soak = commands.add_parser(
         "soak", help="overload the local tritonserver with a mixed workload; check nothing is lost or leaks"
     )
-    soak.add_argument("--repository", type=Path, default=Path("model_repository"))
-    soak.add_argument(
-        "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
-    )
+    _add_local_server_arguments(soak)
     soak.add_argument(
         "--minutes", type=float, default=20.0, help="time under load over all cycles (drains on top)"
     )
