@@ -64,11 +64,13 @@ class ClassQueues(Generic[T]):
         self._scores: dict[int, float] = {}
         self._guard = regulator.policy is Policy.RPS
         self._held: _Entry[T] | None = None
+        self._fresh_score: float | None = None  # a lightest-class arrival's score, this iteration
         self.now = clock()
 
     def begin_iteration(self) -> list[QueueStats]:
         self.now = self._clock()
         self._scores.clear()
+        self._fresh_score = None
         stats = self.stats()
         self.regulator.observe(stats)
         return stats
@@ -151,8 +153,11 @@ class ClassQueues(Generic[T]):
                     best, best_key = queue[0], key
         if best is None:
             raise IndexError("no request is waiting")
-        if self._guard and best.level > 0 and best_key[0] <= self.score(0, self.now):
-            self._held = best
+        if self._guard and best.level > 0:
+            if self._fresh_score is None:
+                self._fresh_score = self.score(0, self.now)
+            if best_key[0] <= self._fresh_score:
+                self._held = best
         return best
 
     def peek(self) -> T:
