@@ -3,9 +3,9 @@
 As in NVIDIA's vLLM backend, `execute` hands each request to an asyncio loop running in its own
 thread and returns at once; the coroutine streams the engine's outputs back through the request's
 response sender and always ends with a final response or an error. A request cancelled by its client
-is aborted in the engine within `CANCEL_POLL_S`, whether it is waiting, in prefill or streaming
-(through an ensemble, Triton 2.51 passes a cancellation on only between steps, so it does not reach a
-request this model is already serving: the engine finishes that one).
+is aborted in the engine at its next streamed output, or within `CANCEL_POLL_S` while it waits, is
+prefilled or does not stream (through an ensemble, Triton 2.51 passes a cancellation on only between
+steps, so it does not reach a request this model is already serving: the engine finishes that one).
 The class travels from the ensemble as tensors and reaches the RPS scheduler in
 `SamplingParams.extra_args`; requests sent here directly carry none, and the engine classifies them
 itself.
@@ -164,20 +164,28 @@ class TritonPythonModel:
             streaming = asyncio.ensure_future(
                 self._stream(prompt, params, request_id, parsed, sender, progress, info, arrival)
             )
-            while not (await asyncio.wait({streaming}, timeout=CANCEL_POLL_S))[0]:
-                # Cancelling the task that iterates `generate` makes vLLM abort the request, even one
-                # whose input it is still processing; `cancel` is False if the request just finished.
-                if sender.is_cancelled() and streaming.cancel():
-                    progress.cancelled = True
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await streaming
-                    sender.send(flags=FINAL)
-                    return
-            streaming.result()
+            await self._until_done_or_cancelled(streaming, sender, progress)
+            if progress.cancelled:
+                sender.send(flags=FINAL)
         finally:
             self.metrics.ended(
                 info.request_class, progress.preemptions, progress.first_token, progress.cancelled
             )
+
+    @staticmethod
+    async def _until_done_or_cancelled(
+        streaming: asyncio.Future[None], sender: Any, progress: _Progress
+    ) -> None:
+        """Wait for `streaming`, checking every `CANCEL_POLL_S` whether the client cancelled."""
+        while not (await asyncio.wait({streaming}, timeout=CANCEL_POLL_S))[0]:
+            # Cancelling the task that iterates `generate` makes vLLM abort the request, even one
+            # whose input it is still processing; `cancel` is False if the request just finished.
+            if sender.is_cancelled() and streaming.cancel():
+                progress.cancelled = True
+                with contextlib.suppress(asyncio.CancelledError):
+                    await streaming
+                return
+        streaming.result()
 
     async def _stream(
         self,
@@ -190,9 +198,17 @@ class TritonPythonModel:
         info: ClassInfo,
         arrival: float,
     ) -> None:
-        async for output in self.engine.generate(prompt, params, request_id):
-            self._record(output, progress, info, arrival)
-            if parsed.stream:
+        # Closing the generator early makes vLLM abort the request.
+        async with contextlib.aclosing(self.engine.generate(prompt, params, request_id)) as outputs:
+            async for output in outputs:
+                self._record(output, progress, info, arrival)
+                if not parsed.stream:
+                    continue
+                # A stream is checked at every output, as NVIDIA's vLLM backend does: the check costs
+                # a round trip like the send beside it, and stops the engine a step after the client.
+                if sender.is_cancelled():
+                    progress.cancelled = True
+                    return
                 delta = progress.text[progress.sent :]
                 progress.sent = len(progress.text)
                 sender.send(self._response(delta, progress, info), flags=FINAL if output.finished else 0)
