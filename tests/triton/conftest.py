@@ -41,20 +41,24 @@ class Server:
 
 @contextmanager
 def start_server(
-    tmp_path_factory: pytest.TempPathFactory, media: dict[str, int] | None = None
+    tmp_path_factory: pytest.TempPathFactory,
+    media: dict[str, int] | None = None,
+    max_pending_requests: int | None = None,
 ) -> Iterator[Server]:
-    """A server on a copy of the repository; `media` overrides model.json's media limits."""
+    """A server on a copy of the repository; `media` overrides model.json's media limits and
+    `max_pending_requests` its admission limit."""
     work = tmp_path_factory.mktemp("triton")
     model = work / "tiny-qwen2-vl"
     build_tiny_model(model, SPEC)
     repository = work / "model_repository"
     shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
     ensure_cost_models(repository)
-    if media:
-        settings_file = repository / SETTINGS_FILE
-        settings = json.loads(settings_file.read_text())
-        settings["media"] = {**settings["media"], **media}
-        settings_file.write_text(json.dumps(settings))
+    settings_file = repository / SETTINGS_FILE
+    settings = json.loads(settings_file.read_text())
+    settings["media"] = {**settings["media"], **(media or {})}
+    if max_pending_requests is not None:
+        settings["max_pending_requests"] = max_pending_requests
+    settings_file.write_text(json.dumps(settings))
     configure_cpu_engine_environment(work / "vllm")
     # The engine core must be its own process under AsyncLLM, whatever other tests set.
     env = {MODEL_ENV: str(model), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}

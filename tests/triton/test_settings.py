@@ -77,3 +77,19 @@ def test_a_deployment_model_json_is_read_before_its_weights_exist(tmp_path: Path
     file.write_text(json.dumps({"policy": "rps"}))
     with pytest.raises(ValueError, match="no 'model'"):
         read_settings(file, tmp_path, {})
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, "64", True])
+def test_max_pending_requests_must_be_a_positive_integer(tmp_path: Path, value: object) -> None:
+    file = tmp_path / "model.json"
+    file.write_text(json.dumps({"model": "/models/m", "max_pending_requests": value}))
+    with pytest.raises(ValueError, match="max_pending_requests"):
+        read_settings(file, tmp_path)
+
+
+def test_max_pending_requests_is_unbounded_unless_set(tmp_path: Path) -> None:
+    file = tmp_path / "model.json"
+    file.write_text(json.dumps({"model": "/models/m"}))
+    assert read_settings(file, tmp_path).max_pending_requests is None
+    file.write_text(json.dumps({"model": "/models/m", "max_pending_requests": 8}))
+    assert read_settings(file, tmp_path).max_pending_requests == 8

@@ -5,8 +5,9 @@ The sustainable rate is measured closed-loop (a fixed number of requests always 
 throughput they reach) unless given. Each cycle then sends Poisson arrivals at `rate_factor` times that
 rate (the same arrival times every cycle, fresh requests) on one gRPC stream, waits for every request's
 final response and for the server to drain, and reads the resident memory of the server's process tree.
-The first cycle is the warm-up: the multimodal caches fill and the allocators reach the high-water mark of
-a full overload backlog. Memory growth compares the drained memory after the last cycle with that after
+Requests beyond the server's `max_pending_requests` are refused at once (counted as rejected, not as
+errors). The first cycle is the warm-up: the multimodal caches fill and the allocators reach the
+high-water mark of a full overload backlog. Memory growth compares the drained memory after the last cycle with that after
 the first, so what remains is what each further identical cycle leaves behind.
 """
 
@@ -32,6 +33,7 @@ from rps_serve.bench.server_stats import (
     tree_rss_by_process,
 )
 from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.triton.server import Endpoints
 from rps_serve.workload.content import ContentLimits, plan_content
@@ -74,7 +76,8 @@ class CycleReport:
 
     sent: int
     completed: int
-    errors: int
+    rejected: int  # refused for overload (`max_pending_requests`), answered at once
+    errors: int  # other errors
     lost: int
     rss_drained_bytes: int
     rss_peak_bytes: int
@@ -256,10 +259,12 @@ def _run_cycle(
         metrics = _drained(endpoints, timeout_s=120.0)
         drain_s = time.monotonic() - start - config.cycle_s
         rss = sampler.rss_by_process()
-    errors = [r.error for r in results if r.error] + unattributed
+    all_errors = [r.error for r in results if r.error] + unattributed
+    errors = [error for error in all_errors if p.OVERLOADED not in error]
     return CycleReport(
         sent=len(arrivals),
         completed=sum(r.error is None and r.done_s is not None for r in results),
+        rejected=len(all_errors) - len(errors),
         errors=len(errors),
         lost=lost,
         rss_drained_bytes=sum(rss.values()),
@@ -280,13 +285,13 @@ def cycle_row(cycle: CycleReport) -> str:
     """One cycle as a line of the soak's table (see `CYCLE_HEADER`)."""
     gb = 1e9
     return (
-        f"{cycle.sent:6d} {cycle.completed:9d} {cycle.errors:6d} {cycle.lost:4d} "
+        f"{cycle.sent:6d} {cycle.completed:9d} {cycle.rejected:8d} {cycle.errors:6d} {cycle.lost:4d} "
         f"{cycle.rss_drained_bytes / gb:9.2f} {cycle.rss_peak_bytes / gb:9.2f} "
         f"{cycle.queue_depth_peak:10.0f} {cycle.drain_s:8.0f}"
     )
 
 
-CYCLE_HEADER = "  sent completed errors lost drained GB   peak GB queue peak  drain s"
+CYCLE_HEADER = "  sent completed rejected errors lost drained GB   peak GB queue peak  drain s"
 
 
 def _wait_all(client: StreamClient, timeout_s: float) -> tuple[int, list[str]]:

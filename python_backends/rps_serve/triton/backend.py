@@ -29,10 +29,11 @@ def string_tensor(pb_utils: Any, name: str, value: str | bytes) -> Any:
     return pb_utils.Tensor(name, np.array([data], dtype=np.object_))
 
 
-def error_response(pb_utils: Any, message: str, invalid_argument: bool) -> Any:
-    """An error response; INVALID_ARG for the client's mistakes where this Triton knows error codes."""
-    code = getattr(pb_utils.TritonError, "INVALID_ARG", None) if invalid_argument else None
-    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+def error_response(pb_utils: Any, message: str, code: str | None = None) -> Any:
+    """An error response with `code`, a `TritonError` code's name (INVALID_ARG for the client's
+    mistakes, UNAVAILABLE for overload), where this Triton knows error codes; INTERNAL otherwise."""
+    known = getattr(pb_utils.TritonError, code, None) if code else None
+    error = pb_utils.TritonError(message) if known is None else pb_utils.TritonError(message, known)
     return pb_utils.InferenceResponse(output_tensors=[], error=error)
 
 

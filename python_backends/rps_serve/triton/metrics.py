@@ -10,9 +10,10 @@ Triton model, so the model measures what it can see for each request, whose clas
 - `rps_preemptions_total`: the engine's preemptions of the class's requests (vLLM reports them per
   request in `RequestOutput.metrics`), counted when the request ends;
 - `rps_cancelled_total`: requests the client cancelled mid-flight, aborted in the engine.
-Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks), except
-`rps_kv_cache_usage` (label `model`): the engine's KV-cache usage (0-1) after its latest step, as vLLM's
-scheduler reports it, so a drained engine reads 0 unless blocks leaked.
+Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks), except two with the
+label `model` only: `rps_kv_cache_usage`, the engine's KV-cache usage (0-1) after its latest step, as
+vLLM's scheduler reports it, so a drained engine reads 0 unless blocks leaked; and
+`rps_rejected_total`, requests refused unread because `max_pending_requests` were in flight.
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ class ClassMetrics:
         )
         self._families.append(kv_family)
         self._kv_usage = kv_family.Metric(labels={"model": model})
+        rejected_family = family(
+            name="rps_rejected_total",
+            description="Requests refused because max_pending_requests were in flight",
+            kind=family.COUNTER,
+        )
+        self._families.append(rejected_family)
+        self._rejected = rejected_family.Metric(labels={"model": model})
 
     def close(self) -> None:
         """Drop the metrics before their families: the other order crashes the stub at shutdown."""
@@ -82,7 +90,7 @@ class ClassMetrics:
         ):
             if series is not None:
                 series.clear()
-        del self._kv_usage
+        del self._kv_usage, self._rejected
         self._families.clear()
 
     def admitted(self, cls: RequestClass) -> None:
@@ -97,6 +105,9 @@ class ClassMetrics:
 
     def kv_cache_usage(self, fraction: float) -> None:
         self._kv_usage.set(fraction)
+
+    def rejected(self) -> None:
+        self._rejected.increment(1)
 
     def ended(self, cls: RequestClass, preemptions: int, got_first_token: bool, cancelled: bool) -> None:
         if not got_first_token:

@@ -35,10 +35,10 @@ class TritonPythonModel:
             parsed = p.parse_request(get)
             prepared = self.preprocessor.prepare(parsed)
         except p.BadRequest as error:
-            return error_response(pb_utils, str(error), invalid_argument=True)
+            return error_response(pb_utils, str(error), code="INVALID_ARG")
         except Exception as error:  # a failure on one request must not take the model down
             logger.exception("preprocess failed")
-            return error_response(pb_utils, f"preprocess failed: {error}", invalid_argument=False)
+            return error_response(pb_utils, f"preprocess failed: {error}")
         outputs = [
             string_tensor(pb_utils, p.PROMPT, parsed.prompt),
             pb_utils.Tensor(p.FEATURES, prepared.feature_matrix),

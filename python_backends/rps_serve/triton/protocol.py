@@ -43,6 +43,11 @@ EST_PREFILL_S = "est_prefill_s"
 TensorGetter = Callable[[str], np.ndarray | None]
 
 
+# In the message of a request refused because the server holds too many: a gRPC stream carries an
+# error's message but not its code (UNAVAILABLE), so clients tell overload from failure by this.
+OVERLOADED = "overloaded"
+
+
 class BadRequest(ValueError):
     """A request the server refuses; the message is sent back to the client as the error."""
 

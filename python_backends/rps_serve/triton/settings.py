@@ -1,7 +1,9 @@
 """What the repository's models are configured with: `vllm_model/model.json`, with environment overrides.
 
 model.json holds the model path, the scheduling policy, the cost-model repository, the RPS scheduler's
-settings, vLLM engine arguments and the media limits. Relative paths are taken from the model
+settings, vLLM engine arguments, the media limits and `max_pending_requests`: how many requests
+`vllm_model` holds at once (queued or running) before it answers UNAVAILABLE, like the
+`max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default). Relative paths are taken from the model
 repository's root, so a fresh checkout works wherever it lies. `RPS_MODEL` and `RPS_POLICY` override
 the model and the policy (`rps-serve serve --model/--policy` sets them); `RPS_ENGINE_ARGS` (JSON)
 overrides engine arguments key by key.
@@ -34,6 +36,7 @@ class ServingSettings:
     rps: dict[str, Any] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
     media: MediaLimits = field(default_factory=MediaLimits)
+    max_pending_requests: int | None = None
 
     def engine_kwargs(self) -> dict[str, Any]:
         """`AsyncEngineArgs` keyword arguments: the engine arguments plus the scheduler for the policy."""
@@ -83,6 +86,9 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
     if not model:
         raise ValueError(f"{file}: no 'model' given (set it there or in {MODEL_ENV})")
     cost_model = raw.get("cost_model")
+    max_pending = raw.get("max_pending_requests")
+    if max_pending is not None and (type(max_pending) is not int or max_pending < 1):
+        raise ValueError(f"{file}: max_pending_requests must be a positive integer or null, got {max_pending!r}")
     return ServingSettings(
         model=_path(model, repository),
         policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
@@ -90,6 +96,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         rps=dict(raw.get("rps", {})),
         engine_args=engine_args,
         media=MediaLimits.from_mapping(raw.get("media", {})),
+        max_pending_requests=max_pending,
     )
 
 

@@ -108,6 +108,8 @@ class TritonPythonModel:
         cost_model = OnnxCostModel.from_repository(settings.cost_model) if settings.cost_model else None
         self.classes = ClassEstimator(cost_model)
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
+        self.max_pending = settings.max_pending_requests
+        self.pending = 0  # requests between admission and their final response (loop thread only)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-model-loop", daemon=True)
         self.thread.start()
@@ -134,17 +136,31 @@ class TritonPythonModel:
         self.thread.join(timeout=30)
 
     async def _serve(self, request: Any) -> None:
-        """Answer one request; whatever happens, its last message carries the final flag."""
+        """Answer one request; whatever happens, its last message carries the final flag.
+
+        Above `max_pending` requests in flight it is refused before anything is read: every request
+        held pins its inputs (decoded video frames) in the Python backend's shared memory, which grows
+        to the deepest backlog and never shrinks, so an unbounded backlog is unbounded memory.
+        """
         sender = request.get_response_sender()
+        if self.max_pending is not None and self.pending >= self.max_pending:
+            self.metrics.rejected()
+            message = (
+                f"vllm_model {p.OVERLOADED}: {self.pending} requests in flight, "
+                f"max_pending_requests is {self.max_pending}; retry later"
+            )
+            sender.send(error_response(pb_utils, message, code="UNAVAILABLE"), flags=FINAL)
+            return
+        self.pending += 1
         try:
             await self._generate(request, sender)
         except (p.BadRequest, VLLMClientError) as error:  # the request's fault, e.g. a prompt too long
-            sender.send(error_response(pb_utils, str(error), invalid_argument=True), flags=FINAL)
+            sender.send(error_response(pb_utils, str(error), code="INVALID_ARG"), flags=FINAL)
         except Exception as error:
             logger.exception("vllm_model failed on a request")
-            sender.send(
-                error_response(pb_utils, f"vllm_model failed: {error}", invalid_argument=False), flags=FINAL
-            )
+            sender.send(error_response(pb_utils, f"vllm_model failed: {error}"), flags=FINAL)
+        finally:
+            self.pending -= 1
 
     async def _generate(self, request: Any, sender: Any) -> None:
         arrival = time.monotonic()
