@@ -7,8 +7,8 @@ rate (the same arrival times every cycle, fresh requests) on one gRPC stream, wa
 final response and for the server to drain, and reads the resident memory of the server's process tree.
 Requests beyond the server's `max_pending_requests` are refused at once (counted as rejected, not as
 errors). The first cycle is the warm-up: the multimodal caches fill and the allocators reach the
-high-water mark of a full overload backlog. Memory growth compares the drained memory after the last cycle with that after
-the first, so what remains is what each further identical cycle leaves behind.
+high-water mark of a full overload backlog. Memory growth compares the drained memory after the last
+cycle with that after the first, so what remains is what each further identical cycle leaves behind.
 """
 
 from __future__ import annotations

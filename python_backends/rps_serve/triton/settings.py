@@ -3,8 +3,8 @@
 model.json holds the model path, the scheduling policy, the cost-model repository, the RPS scheduler's
 settings, vLLM engine arguments, the media limits and `max_pending_requests`: how many requests
 `vllm_model` holds at once (queued or running) before it answers UNAVAILABLE, like the
-`max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default). Relative paths are taken from the model
-repository's root, so a fresh checkout works wherever it lies. `RPS_MODEL` and `RPS_POLICY` override
+`max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default).
+Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies. `RPS_MODEL` and `RPS_POLICY` override
 the model and the policy (`rps-serve serve --model/--policy` sets them); `RPS_ENGINE_ARGS` (JSON)
 overrides engine arguments key by key.
 """
@@ -88,7 +88,9 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
     cost_model = raw.get("cost_model")
     max_pending = raw.get("max_pending_requests")
     if max_pending is not None and (type(max_pending) is not int or max_pending < 1):
-        raise ValueError(f"{file}: max_pending_requests must be a positive integer or null, got {max_pending!r}")
+        raise ValueError(
+            f"{file}: max_pending_requests must be a positive integer or null, got {max_pending!r}"
+        )
     return ServingSettings(
         model=_path(model, repository),
         policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
