@@ -4,9 +4,9 @@ model.json holds the model path, the scheduling policy, the cost-model repositor
 settings, vLLM engine arguments, the media limits and `max_pending_requests`: how many requests
 `vllm_model` holds at once (queued or running) before it answers UNAVAILABLE, like the
 `max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default).
-Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies. `RPS_MODEL` and `RPS_POLICY` override
-the model and the policy (`rps-serve serve --model/--policy` sets them); `RPS_ENGINE_ARGS` (JSON)
-overrides engine arguments key by key.
+Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies.
+`RPS_MODEL` and `RPS_POLICY` override the model and the policy (`rps-serve serve --model/--policy` sets
+them); `RPS_ENGINE_ARGS` (JSON) overrides engine arguments key by key.
 """
 
 from __future__ import annotations
