@@ -56,9 +56,11 @@ def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
         assert p.OVERLOADED in result.error and "max_pending_requests" in result.error, result.error
     assert status >= 400 and p.OVERLOADED in body, (status, body)
     after = wait_drained(server)
-    assert after.total("rps_rejected_total", model=VLLM_MODEL) - before.total(
-        "rps_rejected_total", model=VLLM_MODEL
-    ) == len(refused) + 1
+    assert (
+        after.total("rps_rejected_total", model=VLLM_MODEL)
+        - before.total("rps_rejected_total", model=VLLM_MODEL)
+        == len(refused) + 1
+    )
     assert after.total("rps_requests_total", model=VLLM_MODEL) - before.total(
         "rps_requests_total", model=VLLM_MODEL
     ) == len(holders)
