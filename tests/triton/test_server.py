@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from dataclasses import replace
 from typing import Any
@@ -109,25 +108,6 @@ def test_vllm_model_directly_with_a_video(server: Server, requests: Requests) ->
     # vLLM's token count is the one preprocess computed with the model's processor.
     assert outputs["num_input_tokens"][0] == features[0, cols.PROMPT_TOKENS]
     assert outputs["rps_class"][0].decode() in LABELS
-
-
-def test_cancelling_a_stream_aborts_the_request(server: Server, requests: Requests) -> None:
-    """Sent to vllm_model: Triton 2.51's ensembles pass a cancellation on only between steps, so one
-    that arrives while the last step streams never reaches it (README, what the tests do not cover)."""
-    before = class_metrics(server)
-    client = StreamClient(server.endpoints.grpc_url)
-    client.submit("vllm_model", "long", requests.make(Modality.TEXT, max_tokens=4000).tensors())
-    while not client.results["long"].chunks:
-        time.sleep(0.05)
-    label = client.results["long"].outputs["rps_class"][0].decode()
-    client.close(cancel_requests=True)
-
-    key = ("rps_cancelled_total", label)
-    deadline = time.monotonic() + 120
-    while class_metrics(server).get(key, 0) <= before.get(key, 0):
-        assert time.monotonic() < deadline, "the engine request was not aborted"
-        time.sleep(0.5)
-    assert run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=2)).error is None
 
 
 def bad_requests(requests: Requests) -> dict[str, tuple[Generation, str]]:

@@ -2,10 +2,10 @@
 
 As in NVIDIA's vLLM backend, `execute` hands each request to an asyncio loop running in its own
 thread and returns at once; the coroutine streams the engine's outputs back through the request's
-response sender and always ends with a final response or an error. A request cancelled by its client
-is aborted in the engine at its next streamed output, or within `CANCEL_POLL_S` while it waits, is
-prefilled or does not stream (through an ensemble, Triton 2.51 passes a cancellation on only between
-steps, so it does not reach a request this model is already serving: the engine finishes that one).
+response sender and always ends with a final response or an error. A request whose cancellation
+Triton flags is aborted in the engine at its next streamed output, or within `CANCEL_POLL_S` while it
+waits, is prefilled or does not stream (Triton 2.51 does not flag every cancelled gRPC stream, and
+rarely one through an ensemble: the engine finishes those).
 The class travels from the ensemble as tensors and reaches the RPS scheduler in
 `SamplingParams.extra_args`; requests sent here directly carry none, and the engine classifies them
 itself.
