@@ -3,8 +3,9 @@ server sustains, checking that every request ends, memory does not grow and the 
 
 The sustainable rate is measured closed-loop (a fixed number of requests always in flight, the
 throughput they reach) unless given. Each cycle then sends Poisson arrivals at `rate_factor` times that
-rate (the same arrival times every cycle, fresh requests) on one gRPC stream, waits for every request's
-final response and for the server to drain, and reads the resident memory of the server's process tree.
+rate on one gRPC stream (the same arrivals every cycle: times, modalities, prompt and output lengths;
+fresh text and pixels), waits for every request's final response and for the server to drain, and
+reads the resident memory of the server's process tree.
 Requests beyond the server's `max_pending_requests` are refused at once (counted as rejected, not as
 errors). The first cycle is the warm-up: the multimodal caches fill and the allocators reach the
 high-water mark of a full overload backlog. Memory growth compares the drained memory after the last
@@ -132,11 +133,13 @@ class SoakReport:
         return {**asdict(self), "rss_growth": self.rss_growth, "failures": self.failures()}
 
 
-def request_stream(mix: str, media: TinyModelSpec, seed: int) -> Iterator[Generation]:
-    """Endless fresh requests of the mix (new text and pixels each), in batches of a trace."""
+def request_stream(mix: str, media: TinyModelSpec, seed: int, content_seed: int) -> Iterator[Generation]:
+    """Endless requests of the mix, in batches of 256 drawn from a trace: what each asks for (modality,
+    prompt and output lengths) follows `seed`, its text and pixels `content_seed` (one seed per batch,
+    counting up from it)."""
     for batch in count():
         trace = generate_trace(mix_by_name(mix), 1.0, 256, seed + batch)
-        for content in plan_content(trace, media, SOAK_CONTENT).contents(media, seed + batch):
+        for content in plan_content(trace, media, SOAK_CONTENT).contents(media, content_seed + batch):
             yield generation(content)
 
 
@@ -144,7 +147,7 @@ def measure_sustainable_rate(
     endpoints: Endpoints, media: TinyModelSpec, config: SoakConfig, model: str = ENSEMBLE
 ) -> float:
     """Completed requests per second with `calibrate_concurrency` requests always in flight."""
-    requests = request_stream(config.mix, media, config.seed + 7919)
+    requests = request_stream(config.mix, media, config.seed + 7919, content_seed=config.seed + 7919)
     lock = threading.Lock()
     deadline = time.monotonic() + config.calibrate_s
     done: list[float] = []
@@ -221,9 +224,11 @@ def run_soak(
         np.random.default_rng(config.seed).exponential(1.0 / offered, int(offered * config.cycle_s) + 1)
     )
     arrivals = arrivals[arrivals < config.cycle_s]
-    requests = request_stream(config.mix, media, config.seed)
     cycles = []
     for n in range(config.cycles):
+        # Every cycle sends the same requests with fresh text and pixels (no cache hit between cycles), so
+        # none asks of memory more than the warm-up did: growth after it is what the cycles leave behind.
+        requests = request_stream(config.mix, media, config.seed, content_seed=config.seed + ((n + 1) << 32))
         cycles.append(_run_cycle(endpoints, model, config, arrivals, requests, f"s{n}-"))
         logger.info("cycle %d of %d: %s", n + 1, config.cycles, cycle_row(cycles[-1]))
     return SoakReport(
