@@ -17,11 +17,14 @@ from tests.triton.conftest import Requests, Server, start_server
 from tests.triton.test_reliability import MODELS, VLLM_MODEL, generate, run, serves, wait_drained
 
 MAX_PENDING = 2
+HELD_TOKENS = 8000  # the held requests must outlast the refused ones: near the context of 8,192
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with start_server(tmp_path_factory, max_pending_requests=MAX_PENDING) as running:
+    with start_server(
+        tmp_path_factory, media={"max_output_tokens": HELD_TOKENS}, max_pending_requests=MAX_PENDING
+    ) as running:
         yield running
 
 
@@ -41,10 +44,10 @@ def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
     holders = [StreamClient(server.endpoints.grpc_url) for _ in range(MAX_PENDING)]
     try:
         for holder in holders:
-            holder.submit(VLLM_MODEL, "held", requests.make(Modality.TEXT, max_tokens=4096).tensors())
+            holder.submit(VLLM_MODEL, "held", requests.make(Modality.TEXT, max_tokens=HELD_TOKENS).tensors())
         _streaming(holders)
-        refused = [run(server, model, requests.make(Modality.IMAGE).tensors()) for model in MODELS]
         status, body = generate(server, VLLM_MODEL, requests.make(Modality.TEXT, stream=False))
+        refused = [run(server, model, requests.make(Modality.TEXT).tensors()) for model in MODELS]
         # The limit was reached all along: the held requests were still streaming.
         assert not any(holder.results["held"].done_s for holder in holders)
     finally:
