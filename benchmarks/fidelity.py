@@ -64,7 +64,8 @@ def _profile(out: Path, repeats: int) -> Path:
 def _bench_on_fresh_server(policy: str, out: Path, bench_args: list[str]) -> Path:
     """`rps-serve serve --policy` in the background, `rps-serve bench` against it, then stop it."""
     workdir = out / f"server-{policy}"
-    command = [*CLI, "serve", "--policy", policy, "--workdir", str(workdir)]
+    command = [*CLI, "serve", "--policy", policy, "--workdir", str(workdir),
+               "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
     print("$", " ".join(["rps-serve", *command[1:]]), "&", flush=True)
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -31,8 +31,11 @@ def _replay(args: argparse.Namespace) -> None:
     content_seed = args.seed * 1000 + args.run
     warm_up(args.url, media, content_seed + 500)
     limits = ContentLimits(max_text_tokens=args.max_text_tokens)
-    records = replay(args.url, trace, build_requests(trace, media, limits, content_seed))
-    np.savez(args.out, **dataclasses.asdict(records))
+    replayed = replay(args.url, trace, build_requests(trace, media, limits, content_seed))
+    logging.info("%s: %s", args.out.stem, replayed.tally)
+    np.savez(args.out, **dataclasses.asdict(replayed.records))
+    if replayed.tally.lost:
+        raise SystemExit(f"{replayed.tally.lost} requests got no final response")
 
 
 def _table(args: argparse.Namespace) -> None:

@@ -21,6 +21,7 @@ from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.sim.run import SimulationConfig, run_simulation
 from rps_serve.sim.simulator import POLICY_VARIANTS
+from rps_serve.triton.client import Tally
 from rps_serve.workload.mixes import MIXES, mix_by_name
 from rps_serve.workload.trace import generate_trace, write_trace
 
@@ -219,7 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
     import threading
 
     from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
-    from rps_serve.triton.server import local_server
+    from rps_serve.triton.server import Ports, local_server
     from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 
@@ -235,7 +236,10 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"starting tritonserver on {args.repository} (log: {args.workdir / 'tritonserver.log'})")
-    with local_server(args.repository, args.workdir.resolve(), env=env) as endpoints:
+    ports = Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
+    with local_server(
+        args.repository, args.workdir.resolve(), env=env, load_timeout_s=args.load_timeout_s, ports=ports
+    ) as endpoints:
         print(
             f"ready: gRPC {endpoints.grpc_url}, HTTP {endpoints.http_url}, metrics {endpoints.metrics_url}"
             " (Ctrl-C stops)",
@@ -269,18 +273,44 @@ def _demo(args: argparse.Namespace) -> int:
         policies=[p.strip() for p in args.policies.split(",") if p.strip()],
         mix=args.mix,
         rate=args.rate,
+        load_fraction=args.load_fraction,
+        calibrate_s=args.calibrate_s,
         requests=args.requests,
         seed=args.seed,
     )
-    print(
-        f"replaying {config.requests} {config.mix} requests at {config.rate:g}/s through rps_ensemble, "
-        f"once per policy ({', '.join(config.policies)}), each on a fresh tritonserver"
+    pace = (
+        f"at {config.rate:g}/s"
+        if config.rate
+        else f"at {config.load_fraction:g}x the rate this machine sustains (measured first, "
+        f"{config.calibrate_s:g} s closed-loop)"
     )
-    runs = run_demo(config)
-    print(ttft_table({policy: run.records for policy, run in runs.items()}))
-    json_path, plot_path = save_results(runs, config)
+    print(
+        f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, "
+        f"once per policy ({', '.join(config.policies)}), each on a fresh tritonserver",
+        flush=True,
+    )
+    demo = run_demo(config)
+    if demo.capacity is not None:
+        capacity = demo.capacity
+        print(
+            f"sustained {capacity.rate:.2f} req/s ({capacity.completed} completed in "
+            f"{capacity.duration_s:g} s with {capacity.concurrency} in flight); replayed at "
+            f"{config.load_fraction:g}x = {demo.rate:.2f} req/s"
+        )
+    print(ttft_table({policy: run.records for policy, run in demo.runs.items()}))
+    for policy, run in demo.runs.items():
+        print(f"{policy}: {run.tally}")
+    json_path, plot_path = save_results(demo, config)
     print(f"wrote {json_path} and {plot_path}")
-    return 0
+    return _lost_exit_code([run.tally for run in demo.runs.values()])
+
+
+def _lost_exit_code(tallies: Sequence[Tally]) -> int:
+    """1 (and a message) if any request got no answer: something hung; else 0."""
+    lost = sum(t.lost for t in tallies)
+    if lost:
+        print(f"{lost} requests got no final response before the deadline", file=sys.stderr)
+    return 1 if lost else 0
 
 
 def _soak(args: argparse.Namespace) -> int:
@@ -360,6 +390,7 @@ def _bench(args: argparse.Namespace) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(run.report, indent=1) + "\n")
     print(ttft_table({config.label: run.records}))
+    print(f"requests: {run.tally}")
     result = run.report["results"][config.label]
     utilization = result["utilization"]
     shown = "unavailable" if utilization is None else f"{utilization:.2f}"
@@ -376,7 +407,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         plot_ttft_cdf({config.label: run.records}, args.plot, f"{config.label} at {args.url}")
         print(f"wrote {args.plot}")
-    return 0
+    return _lost_exit_code([run.tally])
 
 
 def _perf_inputs(args: argparse.Namespace) -> int:
@@ -534,6 +565,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--policy", choices=[p.value for p in Policy], help="override model.json's policy")
     serve.add_argument("--workdir", type=Path, default=Path("build/serve"), help="server tree, sockets, log")
+    for name, default in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
+        serve.add_argument(
+            f"--{name}-port", type=int, default=default, help=f"{name} port on 127.0.0.1 (0: a free one)"
+        )
+    serve.add_argument(
+        "--load-timeout-s",
+        type=float,
+        default=900.0,
+        help="fail (naming the model, with the log's tail) if a model is not loaded by then",
+    )
     serve.set_defaults(handler=_serve)
 
     demo = commands.add_parser(
@@ -542,7 +583,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_local_server_arguments(demo)
     demo.add_argument("--policies", default="fcfs,rps", help="comma-separated; one server run each")
     demo.add_argument("--mix", default="mixed-iii", choices=list(MIXES))
-    demo.add_argument("--rate", type=float, default=2.0, help="mean arrival rate, requests per second")
+    demo.add_argument(
+        "--rate", type=float, help="mean arrival rate, requests per second (default: measured, see below)"
+    )
+    demo.add_argument(
+        "--load-fraction", type=float, default=0.7, help="without --rate: this x the measured sustained rate"
+    )
+    demo.add_argument("--calibrate-s", type=float, default=60.0, help="how long to measure the rate")
     demo.add_argument("--requests", type=int, default=120)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="results, plot and server logs")
@@ -610,7 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         return int(args.handler(args))
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        # Bad arguments, a missing file, a server that failed to start or to serve: a message, no traceback.
         print(f"rps-serve {args.command}: {error}", file=sys.stderr)
         return 2
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from itertools import islice
 
-from rps_serve.bench.soak import request_stream
+from rps_serve.bench.capacity import request_stream
+from rps_serve.bench.soak import SOAK_CONTENT
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation
 
@@ -22,11 +23,17 @@ def _shape(generation: Generation) -> tuple[int, bool, int, int]:
 
 def test_cycles_repeat_the_work_with_fresh_content() -> None:
     n = 300  # more than one batch of the trace
-    first = list(islice(request_stream("mixed-iii", MEDIA, seed=3, content_seed=1 << 32), n))
-    again = list(islice(request_stream("mixed-iii", MEDIA, seed=3, content_seed=2 << 32), n))
+    first = list(
+        islice(request_stream("mixed-iii", MEDIA, seed=3, content_seed=1 << 32, limits=SOAK_CONTENT), n)
+    )
+    again = list(
+        islice(request_stream("mixed-iii", MEDIA, seed=3, content_seed=2 << 32, limits=SOAK_CONTENT), n)
+    )
     assert [_shape(g) for g in first] == [_shape(g) for g in again]
     assert len({_shape(g)[:2] for g in first}) > 1  # a mix, not one kind of request
     assert all(a.prompt != b.prompt for a, b in zip(first, again, strict=True))
     assert all(a.images != b.images for a, b in zip(first, again, strict=True) if a.images)
-    other = list(islice(request_stream("mixed-iii", MEDIA, seed=4, content_seed=1 << 32), n))
+    other = list(
+        islice(request_stream("mixed-iii", MEDIA, seed=4, content_seed=1 << 32, limits=SOAK_CONTENT), n)
+    )
     assert [_shape(g) for g in first] != [_shape(g) for g in other]

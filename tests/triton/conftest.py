@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +44,11 @@ def start_server(
     tmp_path_factory: pytest.TempPathFactory,
     media: dict[str, int] | None = None,
     max_pending_requests: int | None = None,
+    model_files: Mapping[str, str] | None = None,
 ) -> Iterator[Server]:
-    """A server on a copy of the repository; `media` overrides model.json's media limits and
-    `max_pending_requests` its admission limit."""
+    """A server on a copy of the repository; `media` overrides model.json's media limits,
+    `max_pending_requests` its admission limit, and `model_files` replaces models' `1/model.py`
+    (model name -> source)."""
     work = tmp_path_factory.mktemp("triton")
     model = work / "tiny-qwen2-vl"
     build_tiny_model(model, SPEC)
@@ -59,6 +61,8 @@ def start_server(
     if max_pending_requests is not None:
         settings["max_pending_requests"] = max_pending_requests
     settings_file.write_text(json.dumps(settings))
+    for name, source in (model_files or {}).items():
+        (repository / name / "1" / "model.py").write_text(source)
     configure_cpu_engine_environment(work / "vllm")
     # The engine core must be its own process under AsyncLLM, whatever other tests set.
     env = {MODEL_ENV: str(model), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}

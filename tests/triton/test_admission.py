@@ -5,14 +5,20 @@ serves on."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from rps_serve.cli import main
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import StreamClient
+from rps_serve.workload.shapes import RequestKind
+from rps_serve.workload.trace import Trace, write_trace
 from tests.triton.conftest import Requests, Server, start_server
 from tests.triton.test_reliability import MODELS, VLLM_MODEL, generate, run, serves, wait_drained
 
@@ -68,3 +74,30 @@ def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
         "rps_requests_total", model=VLLM_MODEL
     ) == len(holders)
     serves(server, requests)
+
+
+def test_a_burst_beyond_the_limit_ends_with_refusals_counted_and_nothing_lost(
+    server: Server, tmp_path: Path
+) -> None:
+    """`rps-serve bench` against the limited server: all requests arrive at once, the server refuses
+    those beyond the limit at once, and the run ends (its deadline bounds it) reporting each outcome."""
+    burst = 8
+    trace = Trace(
+        arrival_s=np.zeros(burst),
+        kind=np.full(burst, list(RequestKind).index(RequestKind.SHORT_TEXT)),
+        prompt_tokens=np.full(burst, 40),
+        modality_tokens=np.zeros(burst, dtype=np.int64),
+        output_tokens=np.full(burst, 200),
+    )
+    trace_file, slo, out = tmp_path / "burst.jsonl", tmp_path / "slo.json", tmp_path / "bench.json"
+    write_trace(trace_file, trace)
+    slo.write_text(json.dumps({"text": 1.0, "image": 1.0, "video": 1.0}))
+    model = server.repository.parent / "tiny-qwen2-vl"
+    argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file), "--model", str(model),
+            "--slo", str(slo), "--json", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    (result,) = json.loads(out.read_text())["results"].values()
+    counts = result["requests"]
+    assert counts["sent"] == burst and counts["lost"] == 0 and counts["failed"] == 0
+    assert counts["refused"] >= 1 and counts["completed"] + counts["refused"] == burst
+    assert all(p.OVERLOADED in error for error in result["error_examples"])

@@ -53,7 +53,14 @@ def test_bench_measures_a_trace_in_the_simulators_json_shape(server: Server, tmp
     for group in [result["overall"], *result["by_modality"].values(), *result["by_class"].values()]:
         assert set(group) == METRICS | {"count"}
         assert all(set(group[m]) == STATS for m in METRICS)
-    assert result["completed"] == len(trace) and result["failed"] == 0
+    assert result["completed"] == len(trace)
+    assert result["requests"] == {
+        "sent": len(trace),
+        "completed": len(trace),
+        "refused": 0,
+        "failed": 0,
+        "lost": 0,
+    }
     assert result["overall"]["count"] == len(trace)
     counts = {m.value: int((trace.modality == m.index).sum()) for m in Modality}
     assert {m: result["by_modality"][m]["count"] for m in counts} == counts

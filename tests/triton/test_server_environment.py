@@ -1,10 +1,24 @@
-"""The environment the local tritonserver runs in."""
+"""The local tritonserver's environment, command line and clean-up (no server started)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
+from pathlib import Path
+
 import pytest
 
-from rps_serve.triton.server import server_environment
+from rps_serve.triton.server import (
+    SHM_DIR,
+    SHM_PREFIX,
+    Ports,
+    models_still_loading,
+    remove_shm,
+    remove_stale_shm,
+    server_command,
+    server_environment,
+)
 
 
 def test_malloc_arenas_are_capped_unless_the_caller_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -13,3 +27,66 @@ def test_malloc_arenas_are_capped_unless_the_caller_sets_them(monkeypatch: pytes
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
     assert server_environment()["MALLOC_ARENA_MAX"] == "8"
     assert server_environment({"MALLOC_ARENA_MAX": "4"})["MALLOC_ARENA_MAX"] == "4"
+
+
+def test_server_command_names_its_shared_memory_and_ports(tmp_path: Path) -> None:
+    endpoints = Ports(http=8000, grpc=8001, metrics=8002).endpoints()
+    command = server_command(tmp_path, tmp_path / "repo", endpoints, shm_prefix="rps-serve-1-0")
+    assert {"--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"} <= set(command)
+    for backend in ("python", "onnxruntime"):
+        assert f"--backend-config={backend},shm-region-prefix-name=rps-serve-1-0-{backend}" in command
+    picked = Ports().endpoints()
+    assert 0 not in (picked.http_port, picked.grpc_port, picked.metrics_port)
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_stale_regions_of_gone_servers_are_removed_and_live_ones_kept() -> None:
+    gone = SHM_DIR / f"{SHM_PREFIX}-{_dead_pid()}-0-python_test"
+    live = SHM_DIR / f"{SHM_PREFIX}-{os.getpid()}-0-python_test"
+    for path in (gone, live):
+        path.write_bytes(b"x")
+    try:
+        removed = remove_stale_shm()
+        assert gone in removed and not gone.exists()
+        assert live.exists()
+    finally:
+        gone.unlink(missing_ok=True)
+        live.unlink(missing_ok=True)
+
+
+def test_a_server_s_regions_and_orphaned_multiprocessing_regions_are_removed() -> None:
+    prefix = f"{SHM_PREFIX}-{os.getpid()}-test"
+    since = time.time() - 1
+    ours = SHM_DIR / f"{prefix}-python_1"
+    orphan, held = SHM_DIR / f"psm_rpstest{os.getpid()}a", SHM_DIR / f"psm_rpstest{os.getpid()}b"
+    for path in (ours, orphan, held):
+        path.write_bytes(b"x")
+    try:
+        with held.open("rb"):  # a region some process still uses stays
+            removed = set(remove_shm(prefix, since))
+        assert {ours, orphan} <= removed and held not in removed
+        assert held.exists()
+        # Regions from before the server started belong to someone else.
+        old = SHM_DIR / f"psm_rpstest{os.getpid()}c"
+        old.write_bytes(b"x")
+        assert old not in remove_shm(prefix, since=time.time() + 60)
+        old.unlink()
+    finally:
+        for path in (ours, orphan, held):
+            path.unlink(missing_ok=True)
+
+
+def test_the_models_still_loading_are_read_from_the_log() -> None:
+    log = """
+I1201 model_lifecycle.cc:472] "loading: preprocess:1"
+I1201 model_lifecycle.cc:472] "loading: impact_estimator:1"
+I1201 model_lifecycle.cc:472] "loading: vllm_model:1"
+I1201 model_lifecycle.cc:839] "successfully loaded 'impact_estimator'"
+E1201 model_lifecycle.cc:642] "failed to load 'vllm_model' version 1: Internal: boom"
+"""
+    assert models_still_loading(log) == ["preprocess"]

@@ -40,12 +40,18 @@ class TritonPythonModel:
                     .astype(dtype, copy=False)
                     for name, dtype in self.inputs
                 }
-                results = self.session.run(self.outputs, feeds)
+                # Only the outputs the request asked for: Triton 2.51's Python backend frees the arrays of
+                # the others without the GIL (fixed in 2.53).
+                requested = set(request.requested_output_names())
+                wanted = [n for n in self.outputs if n in requested]
+                results = self.session.run(wanted, feeds)
                 tensors = [
-                    pb_utils.Tensor(n, np.ascontiguousarray(r))
-                    for n, r in zip(self.outputs, results, strict=True)
+                    pb_utils.Tensor(n, np.ascontiguousarray(r)) for n, r in zip(wanted, results, strict=True)
                 ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except Exception as error:  # one bad request must not fail the others in the batch
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
+                message = str(error)
+                if request.request_id():  # named as the repository's other models name theirs
+                    message = f"request {json.dumps(request.request_id())}: {message}"
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
         return responses

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from rps_serve.bench.gpu import GpuSampler
-from rps_serve.bench.replay import build_requests, one_at_a_time, replay, warm_up
+from rps_serve.bench.replay import build_requests, drain_allowance_s, one_at_a_time, replay, warm_up
 from rps_serve.metrics import RequestRecords, grouped_metrics, slo_metrics
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.triton.client import Tally
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import Trace, generate_trace, read_trace
@@ -69,9 +70,11 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class BenchRun:
-    """What one run measured: the trace's records, the isolated runs and the SLOs they gave."""
+    """What one run measured: the trace's records, how its requests ended, the isolated runs and the
+    SLOs they gave."""
 
     records: RequestRecords
+    tally: Tally
     isolated: RequestRecords | None
     slo_s: dict[Modality, float]
     report: dict[str, Any]
@@ -135,12 +138,30 @@ def run_bench(config: BenchConfig) -> BenchRun:
         )
         slo = slo_from_isolated(isolated)
     requests = build_requests(trace, media, config.limits, config.seed)
-    logger.info("replaying %d requests over %.1f s", len(trace), float(trace.arrival_s[-1]))
-    with GpuSampler() as gpu:
-        records = replay(config.url, trace, requests, progress=config.progress)
-    return BenchRun(
-        records, isolated, slo, bench_report(config, records, isolated, slo, gpu.result().to_json())
+    drain_s = drain_allowance_s(requests, None if isolated is None else _isolated_e2e(isolated, trace))
+    logger.info(
+        "replaying %d requests over %.1f s (lost if unanswered %.0f s after the last is sent)",
+        len(trace),
+        float(trace.arrival_s[-1]),
+        drain_s,
     )
+    with GpuSampler() as gpu:
+        replayed = replay(config.url, trace, requests, drain_s=drain_s, progress=config.progress)
+    report = bench_report(config, replayed.records, isolated, slo, gpu.result().to_json())
+    result = report["results"][config.label]
+    result.update(requests=asdict(replayed.tally), error_examples=replayed.errors[:5])
+    return BenchRun(replayed.records, replayed.tally, isolated, slo, report)
+
+
+def _isolated_e2e(isolated: RequestRecords, trace: Trace) -> np.ndarray:
+    """Per request of `trace`, the mean end-to-end time of its modality's isolated runs."""
+    by_modality = {
+        m.index: float(np.nanmean(isolated.e2e[isolated.modality == m.index]))
+        if (isolated.modality == m.index).any()
+        else float(np.nanmax(isolated.e2e))
+        for m in Modality
+    }
+    return np.array([by_modality[int(m)] for m in trace.modality])
 
 
 def bench_report(
@@ -169,7 +190,6 @@ def bench_report(
         "utilization": gpu["utilization"],
         "gpu": gpu,
         "completed": int(records.completed.sum()),
-        "failed": int((~records.completed).sum()),
         "makespan_s": makespan,
         "slo": slo_metrics(records, slo, makespan),
     }

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from rps_serve.metrics import RequestRecords, concatenate_records
 from rps_serve.requests import RequestClass
 from rps_serve.tiny_model import TinyModelSpec
-from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_image, encode_video
+from rps_serve.triton.client import (
+    Generation,
+    StreamClient,
+    StreamResult,
+    Tally,
+    encode_image,
+    encode_video,
+)
 from rps_serve.workload.content import ContentLimits, RequestContent, plan_content
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace
@@ -20,6 +29,12 @@ logger = logging.getLogger(__name__)
 
 ENSEMBLE = "rps_ensemble"
 _KINDS = list(RequestKind)
+# Deadlines (see `drain_allowance_s`): slack over serving everything one at a time, and per request what
+# a slow CPU needs when its isolated time was not measured.
+DRAIN_FLOOR_S = 120.0
+SLOW_FACTOR = 3.0
+ALLOWANCE_PER_REQUEST_S = 2.0
+ALLOWANCE_PER_TOKEN_S = 0.05
 
 
 def generation(content: RequestContent) -> Generation:
@@ -35,20 +50,49 @@ def build_requests(trace: Trace, media: TinyModelSpec, limits: ContentLimits, se
     return [generation(content) for content in plan_content(trace, media, limits).contents(media, seed)]
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A replay's per-request records and how its requests ended."""
+
+    records: RequestRecords
+    tally: Tally
+    errors: list[str]  # distinct error messages, refusals included
+
+
+def drain_allowance_s(
+    requests: Sequence[Generation], isolated_e2e_s: Sequence[float] | np.ndarray | None = None
+) -> float:
+    """How long after the last request is sent its answers may take before the rest count as lost.
+
+    Generous on purpose (a deadline catches hangs; it does not judge speed): every request served one
+    after another, each taking `SLOW_FACTOR` times its isolated end-to-end time where that was measured
+    (`isolated_e2e_s`, one per request), else an allowance per request and output token.
+    """
+    if isolated_e2e_s is None:
+        isolated_e2e_s = [
+            ALLOWANCE_PER_REQUEST_S + ALLOWANCE_PER_TOKEN_S * int(r.sampling_parameters.get("max_tokens", 16))
+            for r in requests
+        ]
+    return DRAIN_FLOOR_S + SLOW_FACTOR * float(np.nansum(isolated_e2e_s))
+
+
 def replay(
     url: str,
     trace: Trace,
     requests: list[Generation],
     model: str = ENSEMBLE,
-    timeout_s: float = 900.0,
+    drain_s: float | None = None,
     progress: bool = False,
-) -> RequestRecords:
-    """Send `requests` at the trace's arrival times and wait for all of them."""
+) -> Replayed:
+    """Send `requests` at the trace's arrival times on one gRPC stream and wait for all of them, at most
+    `drain_s` after the last was sent (default `drain_allowance_s`); requests still without an answer
+    then are lost: cancelled, and left out of the records' completed rows."""
     from tqdm import tqdm
 
     client = StreamClient(url)
     sent = np.full(len(trace), np.nan)
     start = time.monotonic()
+    lost = False
     try:
         for row, generation in enumerate(tqdm(requests, desc="sent", unit="req", disable=not progress)):
             delay = start + trace.arrival_s[row] - time.monotonic()
@@ -56,18 +100,22 @@ def replay(
                 time.sleep(delay)
             sent[row] = time.monotonic()
             client.submit(model, f"r{row}", generation.tensors())
-        waits = tqdm(range(len(requests)), desc="done", unit="req", disable=not progress)
-        results = [client.wait(f"r{row}", timeout_s) for row in waits]
+        allowance = drain_allowance_s(requests) if drain_s is None else drain_s
+        tally = client.wait_all(time.monotonic() + allowance)
+        lost = tally.lost > 0
     finally:
-        client.close()
-    failed = [r.error for r in results if r.error]
-    if failed:
-        logger.warning("%d requests failed, e.g. %s", len(failed), failed[0])
+        client.close(cancel_requests=lost)
+    results = [client.results[f"r{row}"] for row in range(len(requests))]
+    if lost:
+        logger.warning("%d requests got no answer within %.0f s of the last one sent", tally.lost, allowance)
+    errors = sorted({r.error for r in results if r.error} | set(client.unattributed_errors))
+    if tally.failed:
+        logger.warning("%d requests failed, e.g. %s", tally.failed, errors[0])
     levels = [
         RequestClass.from_label(r.outputs["rps_class"][0].decode()).value if "rps_class" in r.outputs else 0
         for r in results
     ]
-    return RequestRecords(
+    records = RequestRecords(
         arrival_s=sent - start,
         first_token_s=np.array([_or_nan(r.first_response_s) for r in results]) - start,
         finish_s=np.array([np.nan if r.error else _or_nan(r.done_s) for r in results]) - start,
@@ -76,15 +124,19 @@ def replay(
         level=np.array(levels),
         num_levels=len(RequestClass),
     )
+    return Replayed(records, tally, errors)
 
 
 def one_at_a_time(url: str, trace: Trace, requests: list[Generation]) -> RequestRecords:
     """Each request alone on the server (the next is sent when the last has finished): isolated runs."""
-    records = [replay(url, _single(trace, row), [request]) for row, request in enumerate(requests)]
-    failed = int(sum((~r.completed).sum() for r in records))
+    runs = [replay(url, _single(trace, row), [request]) for row, request in enumerate(requests)]
+    failed = [run for run in runs if run.tally.completed < run.tally.sent]
     if failed:
-        raise RuntimeError(f"{failed} of {len(records)} isolated requests failed; see the server log")
-    return concatenate_records(records)
+        example = failed[0].errors[0] if failed[0].errors else "no answer"
+        raise RuntimeError(
+            f"{len(failed)} of {len(runs)} isolated requests did not complete ({example}); see the server log"
+        )
+    return concatenate_records([run.records for run in runs])
 
 
 def warm_up(url: str, media: TinyModelSpec, seed: int) -> None:

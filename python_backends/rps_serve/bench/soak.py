@@ -18,14 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from itertools import count
 from typing import Any
 
 import numpy as np
 
-from rps_serve.bench.replay import ENSEMBLE, generation
+from rps_serve.bench.capacity import measure_capacity, request_stream
+from rps_serve.bench.replay import ENSEMBLE
 from rps_serve.bench.server_stats import (
     MetricsSnapshot,
     backend_shm_bytes,
@@ -37,9 +36,7 @@ from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.triton.server import Endpoints
-from rps_serve.workload.content import ContentLimits, plan_content
-from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.trace import generate_trace
+from rps_serve.workload.content import ContentLimits
 
 logger = logging.getLogger(__name__)
 
@@ -133,45 +130,6 @@ class SoakReport:
         return {**asdict(self), "rss_growth": self.rss_growth, "failures": self.failures()}
 
 
-def request_stream(mix: str, media: TinyModelSpec, seed: int, content_seed: int) -> Iterator[Generation]:
-    """Endless requests of the mix, in batches of 256 drawn from a trace: what each asks for (modality,
-    prompt and output lengths) follows `seed`, its text and pixels `content_seed` (one seed per batch,
-    counting up from it)."""
-    for batch in count():
-        trace = generate_trace(mix_by_name(mix), 1.0, 256, seed + batch)
-        for content in plan_content(trace, media, SOAK_CONTENT).contents(media, content_seed + batch):
-            yield generation(content)
-
-
-def measure_sustainable_rate(
-    endpoints: Endpoints, media: TinyModelSpec, config: SoakConfig, model: str = ENSEMBLE
-) -> float:
-    """Completed requests per second with `calibrate_concurrency` requests always in flight."""
-    requests = request_stream(config.mix, media, config.seed + 7919, content_seed=config.seed + 7919)
-    lock = threading.Lock()
-    deadline = time.monotonic() + config.calibrate_s
-    done: list[float] = []
-
-    def worker(index: int) -> None:
-        client = StreamClient(endpoints.grpc_url)
-        try:
-            for n in count():
-                with lock:
-                    request = next(requests)
-                client.submit(model, f"c{index}-{n}", request.tensors())
-                client.wait(f"c{index}-{n}")
-                if time.monotonic() > deadline:
-                    return
-                done.append(time.monotonic())
-        finally:
-            client.close()
-
-    start = time.monotonic()
-    with ThreadPoolExecutor(config.calibrate_concurrency) as pool:
-        list(pool.map(worker, range(config.calibrate_concurrency)))
-    return len(done) / (time.monotonic() - start)
-
-
 class _Sampler:
     """Samples the server's memory and metrics every `period_s` on a thread of its own."""
 
@@ -210,7 +168,15 @@ def run_soak(
     endpoints: Endpoints, media: TinyModelSpec, config: SoakConfig, model: str = ENSEMBLE
 ) -> SoakReport:
     """Measure (or take) the sustainable rate, then run the load-and-drain cycles at `rate_factor` x it."""
-    rate = config.rate or measure_sustainable_rate(endpoints, media, config, model)
+    if config.rate is None:
+        calibration = request_stream(
+            config.mix, media, config.seed + 7919, content_seed=config.seed + 7919, limits=SOAK_CONTENT
+        )
+        rate = measure_capacity(
+            endpoints.grpc_url, calibration, config.calibrate_s, config.calibrate_concurrency, model
+        ).rate
+    else:
+        rate = config.rate
     offered = rate * config.rate_factor
     logger.info(
         "sustainable rate %.2f req/s; soaking at %.2f req/s in %d cycles of %.0f s",
@@ -228,7 +194,9 @@ def run_soak(
     for n in range(config.cycles):
         # Every cycle sends the same requests with fresh text and pixels (no cache hit between cycles), so
         # none asks of memory more than the warm-up did: growth after it is what the cycles leave behind.
-        requests = request_stream(config.mix, media, config.seed, content_seed=config.seed + ((n + 1) << 32))
+        requests = request_stream(
+            config.mix, media, config.seed, content_seed=config.seed + ((n + 1) << 32), limits=SOAK_CONTENT
+        )
         cycles.append(_run_cycle(endpoints, model, config, arrivals, requests, f"s{n}-"))
         logger.info("cycle %d of %d: %s", n + 1, config.cycles, cycle_row(cycles[-1]))
     return SoakReport(
@@ -257,21 +225,21 @@ def _run_cycle(
                 request = next(requests)  # built before its time comes, so arrivals stay on time
                 time.sleep(max(0.0, start + at - time.monotonic()))
                 client.submit(model, f"{prefix}{row}", request.tensors())
-            lost, unattributed = _wait_all(client, config.drain_timeout_s)
+            tally = client.wait_all(time.monotonic() + config.drain_timeout_s)
             results = [client.results[f"{prefix}{row}"] for row in range(len(arrivals))]
         finally:
-            client.close()
+            client.close(cancel_requests=True)
         metrics = _drained(endpoints, timeout_s=120.0)
         drain_s = time.monotonic() - start - config.cycle_s
         rss = sampler.rss_by_process()
-    all_errors = [r.error for r in results if r.error] + unattributed
-    errors = [error for error in all_errors if p.OVERLOADED not in error]
+    errors = [r.error for r in results if r.error and not r.refused]
+    errors += [e for e in client.unattributed_errors if p.OVERLOADED not in e]
     return CycleReport(
-        sent=len(arrivals),
-        completed=sum(r.error is None and r.done_s is not None for r in results),
-        rejected=len(all_errors) - len(errors),
-        errors=len(errors),
-        lost=lost,
+        sent=tally.sent,
+        completed=tally.completed,
+        rejected=tally.refused,
+        errors=tally.failed,
+        lost=tally.lost,
         rss_drained_bytes=sum(rss.values()),
         rss_peak_bytes=sampler.rss_peak,
         rss_drained_by_process=rss,
@@ -297,19 +265,6 @@ def cycle_row(cycle: CycleReport) -> str:
 
 
 CYCLE_HEADER = "  sent completed rejected errors lost drained GB   peak GB queue peak  drain s"
-
-
-def _wait_all(client: StreamClient, timeout_s: float) -> tuple[int, list[str]]:
-    """Wait until every request has ended; (requests that did not, errors the stream did not attribute).
-
-    An error on a stream shared by many requests does not say whose it is (tritonclient drops the id),
-    so a request counts as ended when it got its final response or one of those errors stands for it.
-    """
-    deadline = time.monotonic() + timeout_s
-    while len(client.pending()) > len(client.unattributed_errors) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    unattributed = list(client.unattributed_errors)
-    return max(0, len(client.pending()) - len(unattributed)), unattributed
 
 
 def _drained(endpoints: Endpoints, timeout_s: float) -> MetricsSnapshot:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
-from rps_serve.triton.protocol import TensorGetter
+from rps_serve.triton.protocol import TensorGetter, attributed
 
 
 def tensor_getter(pb_utils: Any, request: Any) -> TensorGetter:
@@ -29,9 +30,32 @@ def string_tensor(pb_utils: Any, name: str, value: str | bytes) -> Any:
     return pb_utils.Tensor(name, np.array([data], dtype=np.object_))
 
 
-def error_response(pb_utils: Any, message: str, code: str | None = None) -> Any:
-    """An error response with `code`, a `TritonError` code's name (INVALID_ARG for the client's
-    mistakes, UNAVAILABLE for overload), where this Triton knows error codes; INTERNAL otherwise."""
+def requested_outputs(
+    pb_utils: Any, wanted: Collection[str], outputs: Mapping[str, Callable[[], np.ndarray | str | bytes]]
+) -> list[Any]:
+    """The tensors of the outputs in `wanted`, a request's `requested_output_names()` (Triton fills in
+    every output of the config when a client names none); the others are never built.
+
+    Triton 2.51's Python backend prunes unrequested outputs after releasing the GIL, freeing their numpy
+    arrays without it (fixed in 2.53): under load that corrupts the stub's heap, so none may be sent.
+    """
+    tensors = []
+    for name, value in outputs.items():
+        if name not in wanted:
+            continue
+        data = value()
+        if isinstance(data, str | bytes):
+            tensors.append(string_tensor(pb_utils, name, data))
+        else:
+            tensors.append(pb_utils.Tensor(name, data))
+    return tensors
+
+
+def error_response(pb_utils: Any, request_id: str, message: str, code: str | None = None) -> Any:
+    """An error response naming the request (`protocol.attributed`) with `code`, a `TritonError` code's
+    name (INVALID_ARG for the client's mistakes, UNAVAILABLE for overload), where this Triton knows error
+    codes; INTERNAL otherwise."""
+    message = attributed(request_id, message)
     known = getattr(pb_utils.TritonError, code, None) if code else None
     error = pb_utils.TritonError(message) if known is None else pb_utils.TritonError(message, known)
     return pb_utils.InferenceResponse(output_tensors=[], error=error)

@@ -1,9 +1,20 @@
-"""The class of a request as the vllm_model knows it: from the ensemble's tensors, or estimated."""
+"""The class of a request as the vllm_model knows it: from the ensemble's tensors, or estimated.
+
+Who may claim a class: `vllm_model` is reachable directly, not only through `rps_ensemble`, so a caller
+could send `rps_class_level` 0 with a video and jump every queue as sand. By default (`verify`) the
+class a request carries is checked against the one `vllm_model` computes from the request's own
+features with the same ONNX models: a heavier claim stands (a caller may volunteer to wait), a lighter
+one is overruled. Through the ensemble both come from the same features and agree. `trust` takes the
+class as given, for deployments whose clients cannot reach the composing models or whose classifier
+`vllm_model` cannot reproduce. The engine's own entry (`extra_args["rps"]`) is never the caller's.
+"""
 
 from __future__ import annotations
 
+import enum
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rps_serve.cost import features as cols
@@ -13,13 +24,22 @@ from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 
+logger = logging.getLogger(__name__)
+
+
+class ClassSource(enum.Enum):
+    """model.json's `class_source`: what `vllm_model` does with the class a request carries."""
+
+    VERIFY = "verify"
+    TRUST = "trust"
+
 
 @dataclass(frozen=True)
 class ClassInfo:
     level: int
     num_classes: int
     est_prefill_s: float
-    supplied: bool  # computed by the ensemble (travels to the engine) rather than estimated here
+    supplied: bool  # handed to the engine in extra_args (else the engine classifies the request itself)
 
     @property
     def request_class(self) -> RequestClass:
@@ -56,8 +76,28 @@ class ClassEstimator:
     ONNX models give for the features counted here, for the outputs and the metrics. (The engine counts
     tokens with vLLM's processor; the two counts agree for the models served here.)"""
 
-    def __init__(self, cost_model: OnnxCostModel | None) -> None:
+    def __init__(self, cost_model: OnnxCostModel | None, source: ClassSource = ClassSource.VERIFY) -> None:
         self._model = cost_model
+        self.source = source
+
+    def decide(self, supplied: ClassInfo | None, features: RequestFeatures) -> ClassInfo:
+        """The class the engine gets: `supplied` per `source` (see the module docstring), else estimated."""
+        if supplied is not None and self.source is ClassSource.TRUST:
+            return supplied
+        estimated = self.estimate(features)
+        if supplied is None:
+            return estimated
+        if supplied.num_classes == estimated.num_classes and supplied.level >= estimated.level:
+            return supplied
+        logger.info(
+            "overruled a supplied class %d of %d for a request this model classes %d of %d",
+            supplied.level,
+            supplied.num_classes,
+            estimated.level,
+            estimated.num_classes,
+        )
+        # Supplied, so that the engine gets it rather than re-estimating on its own token count.
+        return replace(estimated, supplied=True)
 
     def estimate(self, features: RequestFeatures) -> ClassInfo:
         if self._model is None:

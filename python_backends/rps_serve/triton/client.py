@@ -9,7 +9,7 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,9 +100,38 @@ class StreamResult:
     def text(self) -> str:
         return "".join(self.chunks)
 
+    @property
+    def refused(self) -> bool:
+        """Refused because the server held too many requests (retry later), not failed."""
+        return self.error is not None and p.OVERLOADED in self.error
+
+
+@dataclass(frozen=True)
+class Tally:
+    """How the requests sent on a stream ended. `lost` got neither a final response nor an error."""
+
+    sent: int
+    completed: int
+    refused: int
+    failed: int
+    lost: int
+
+    def __str__(self) -> str:
+        return (
+            f"sent {self.sent}, completed {self.completed}, refused (overloaded) {self.refused}, "
+            f"failed {self.failed}, lost {self.lost}"
+        )
+
 
 class StreamClient:
-    """One gRPC stream carrying many concurrent requests; results are collected by request id."""
+    """One gRPC stream carrying many concurrent requests; results are collected by request id.
+
+    tritonclient hands an error to the stream's callback without the response's id; the repository's
+    models name the request in the message (`protocol.attributed`), which is how an error finds its
+    request here. An error that names none (one of Triton's own) goes to the only request outstanding,
+    if there is one; otherwise it is kept in `unattributed_errors`, each standing for one of the
+    requests still outstanding.
+    """
 
     def __init__(self, url: str) -> None:
         import tritonclient.grpc as grpcclient
@@ -118,16 +147,7 @@ class StreamClient:
     def _on_response(self, result: Any, error: Any) -> None:
         now = time.monotonic()
         if error is not None:
-            # Stream errors do not say which request failed: they are attributed only when one
-            # request is outstanding (send requests that may fail on a stream of their own).
-            pending = self.pending()
-            with self._lock:
-                if len(pending) != 1:
-                    self.unattributed_errors.append(str(error))
-                    return
-                entry = self.results[pending[0]]
-                entry.error, entry.done_s = str(error), now
-                self._done[pending[0]].set()
+            self._on_error(str(error), now)
             return
         response = result.get_response()
         request_id = response.id
@@ -144,7 +164,27 @@ class StreamClient:
             entry.done_s = now
             self._done[request_id].set()
 
-    def submit(self, model: str, request_id: str, tensors: Mapping[str, np.ndarray]) -> None:
+    def _on_error(self, message: str, now: float) -> None:
+        request_id = p.attributed_request(message)
+        pending = self.pending()
+        with self._lock:
+            if request_id not in self._done or self._done[request_id].is_set():
+                if len(pending) != 1:
+                    self.unattributed_errors.append(message)
+                    return
+                request_id = pending[0]
+            entry = self.results[request_id]
+            entry.error, entry.done_s = message, now
+            self._done[request_id].set()
+
+    def submit(
+        self,
+        model: str,
+        request_id: str,
+        tensors: Mapping[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+    ) -> None:
+        """Send one request; `outputs` names the outputs wanted (default: all the model has)."""
         with self._lock:
             self.results[request_id] = StreamResult()
             self._done[request_id] = threading.Event()
@@ -152,6 +192,7 @@ class StreamClient:
             model,
             infer_inputs(self._module, tensors),
             request_id=request_id,
+            outputs=None if outputs is None else [self._module.InferRequestedOutput(o) for o in outputs],
             enable_empty_final_response=True,
         )
 
@@ -164,6 +205,30 @@ class StreamClient:
         if not self._done[request_id].wait(timeout_s):
             raise TimeoutError(f"request {request_id} got no final response within {timeout_s:.0f} s")
         return self.results[request_id]
+
+    def wait_all(self, deadline_s: float, poll_s: float = 0.2) -> Tally:
+        """Wait until every request has ended or the clock (`time.monotonic`) passes `deadline_s`."""
+        while self._outstanding() > 0 and time.monotonic() < deadline_s:
+            time.sleep(poll_s)
+        return self.tally()
+
+    def _outstanding(self) -> int:
+        """Requests that have not ended, counting each unattributed error as the end of one."""
+        return max(0, len(self.pending()) - len(self.unattributed_errors))
+
+    def tally(self) -> Tally:
+        with self._lock:
+            ended = [self.results[r] for r, done in self._done.items() if done.is_set()]
+            unattributed = list(self.unattributed_errors)
+        refused = sum(r.refused for r in ended) + sum(p.OVERLOADED in e for e in unattributed)
+        errors = sum(r.error is not None for r in ended) + len(unattributed)
+        return Tally(
+            sent=len(self.results),
+            completed=len(ended) - sum(r.error is not None for r in ended),
+            refused=refused,
+            failed=errors - refused,
+            lost=self._outstanding(),
+        )
 
     def close(self, cancel_requests: bool = False) -> None:
         self.client.stop_stream(cancel_requests=cancel_requests)

@@ -63,6 +63,8 @@ def decode_image(data: bytes, limits: MediaLimits, index: int = 0) -> Any:
             return image.convert("RGB")
     except BadRequest:
         raise
+    except Image.UnidentifiedImageError:
+        raise BadRequest(f"image {index} cannot be decoded: not an image format Pillow reads") from None
     # Pillow reports a malformed file as OSError, ValueError, SyntaxError, EOFError or struct.error
     # (fuzzing found several): whatever the decoder raises on the client's bytes is a bad image.
     except Exception as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from rps_serve.triton import protocol as p
-from rps_serve.triton.backend import configure_logging, error_response, string_tensor, tensor_getter
+from rps_serve.triton.backend import configure_logging, error_response, requested_outputs, tensor_getter
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.settings import load_settings
@@ -35,20 +36,21 @@ class TritonPythonModel:
             parsed = p.parse_request(get)
             prepared = self.preprocessor.prepare(parsed)
         except p.BadRequest as error:
-            return error_response(pb_utils, str(error), code="INVALID_ARG")
+            return error_response(pb_utils, request.request_id(), str(error), code="INVALID_ARG")
         except Exception as error:  # a failure on one request must not take the model down
-            logger.exception("preprocess failed")
-            return error_response(pb_utils, f"preprocess failed: {error}")
-        outputs = [
-            string_tensor(pb_utils, p.PROMPT, parsed.prompt),
-            pb_utils.Tensor(p.FEATURES, prepared.feature_matrix),
-            pb_utils.Tensor(p.STREAM, np.array([parsed.stream])),
-            string_tensor(pb_utils, p.SAMPLING_PARAMETERS, json.dumps(parsed.sampling_parameters)),
-            pb_utils.Tensor(p.EXCLUDE_INPUT_IN_OUTPUT, np.array([parsed.exclude_input_in_output])),
-        ]
+            logger.exception("preprocess failed on request %r", request.request_id())
+            return error_response(pb_utils, request.request_id(), f"preprocess failed: {error}")
+        outputs: dict[str, Callable[[], np.ndarray | str]] = {
+            p.PROMPT: lambda: parsed.prompt,
+            p.FEATURES: lambda: prepared.feature_matrix,
+            p.STREAM: lambda: np.array([parsed.stream]),
+            p.SAMPLING_PARAMETERS: lambda: json.dumps(parsed.sampling_parameters),
+            p.EXCLUDE_INPUT_IN_OUTPUT: lambda: np.array([parsed.exclude_input_in_output]),
+        }
         images = get(p.IMAGE)
         if images is not None and images.size:
-            outputs.append(pb_utils.Tensor(p.IMAGE, images))
-        if prepared.video_frames is not None:
-            outputs.append(pb_utils.Tensor(p.VIDEO_FRAMES, np.ascontiguousarray(prepared.video_frames)))
-        return pb_utils.InferenceResponse(output_tensors=outputs)
+            outputs[p.IMAGE] = lambda: images
+        if (frames := prepared.video_frames) is not None:
+            outputs[p.VIDEO_FRAMES] = lambda: np.ascontiguousarray(frames)
+        tensors = requested_outputs(pb_utils, request.requested_output_names(), outputs)
+        return pb_utils.InferenceResponse(output_tensors=tensors)

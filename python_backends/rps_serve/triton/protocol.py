@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,27 @@ TensorGetter = Callable[[str], np.ndarray | None]
 # In the message of a request refused because the server holds too many: a gRPC stream carries an
 # error's message but not its code (UNAVAILABLE), so clients tell overload from failure by this.
 OVERLOADED = "overloaded"
+
+
+# Error messages start with the id the client gave its request, JSON-quoted: tritonclient's gRPC stream
+# callback gets an error without the response's id, so on a stream shared by many requests the message
+# is the only place that can say whose error it is.
+_ATTRIBUTED = re.compile(r'request ("(?:[^"\\]|\\.)*"): ')
+# Reprs such as "<_io.BytesIO object at 0x7f...>" say nothing to a client and leak addresses.
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def attributed(request_id: str, message: str) -> str:
+    """`message` as the error of the request the client called `request_id` (unchanged without an id)."""
+    message = _OBJECT_REPR.sub("<object>", message)
+    return f"request {json.dumps(request_id)}: {message}" if request_id else message
+
+
+def attributed_request(message: str) -> str | None:
+    """The request id an error message names (see `attributed`), wherever Triton put it in the message
+    (the ensemble prefixes its own words); None if it names none."""
+    match = _ATTRIBUTED.search(message)
+    return None if match is None else str(json.loads(match.group(1)))
 
 
 class BadRequest(ValueError):

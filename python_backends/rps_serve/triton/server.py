@@ -10,8 +10,10 @@ isolated mode and finds the virtualenv only through `PATH`, so the venv's bin go
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -29,6 +31,10 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+SHM_DIR = Path("/dev/shm")
+# The shared-memory regions of a launcher's server are named after it (`_shm_prefix`), so that what a
+# server leaves behind, however it ended, can be found and removed.
+SHM_PREFIX = "rps-serve"
 ONNX_STAND_IN = REPO_ROOT / "tools" / "onnxruntime_backend" / "model.py"
 LOCALHOST = "127.0.0.1"
 # Room for a decoded video in one shared-memory region instead of growing it 1 MB at a time.
@@ -106,7 +112,12 @@ def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]
     return env
 
 
-def server_command(tree: Path, repository: Path, endpoints: Endpoints) -> list[str]:
+def server_command(tree: Path, repository: Path, endpoints: Endpoints, shm_prefix: str) -> list[str]:
+    """`shm_prefix` names the server's shared-memory regions (every Python-based backend's)."""
+    shm_prefixes = [
+        f"--backend-config={backend},shm-region-prefix-name={shm_prefix}-{backend}"
+        for backend in ("python", "onnxruntime")
+    ]
     return [
         str(tree / "bin" / "tritonserver"),
         f"--model-repository={repository}",
@@ -122,6 +133,7 @@ def server_command(tree: Path, repository: Path, endpoints: Endpoints) -> list[s
         f"--metrics-port={endpoints.metrics_port}",
         f"--backend-config=python,shm-default-byte-size={PYTHON_SHM_BYTES}",
         f"--backend-config=python,shm-growth-byte-size={PYTHON_SHM_BYTES}",
+        *shm_prefixes,
         "--log-info=true",
         # In-flight requests at shutdown belong to clients that are gone or will see the error.
         "--exit-timeout-secs=10",
@@ -136,8 +148,42 @@ def _ready(endpoints: Endpoints) -> bool:
         return False
 
 
+def models_still_loading(log: str) -> list[str]:
+    """The models a tritonserver log shows loading and not yet loaded (or failed). Triton opens its
+    endpoints only once the initial load is over, so until then its log is the only one to ask."""
+    started = re.findall(r'"loading: ([^:"]+):\d+"', log)
+    ended = set(re.findall(r"(?:successfully loaded|failed to load) '([^']+)'", log))
+    return [name for name in dict.fromkeys(started) if name not in ended]
+
+
+def log_tail(path: Path, lines: int = 20, errors: int = 5) -> str:
+    """The log's first `errors` error lines (Triton's start with "E", a model's load failure among them),
+    then its last `lines` lines."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    first_errors = [line for line in text if line.startswith("E")][:errors]
+    return "\n".join([*first_errors, "...", *text[-lines:]] if first_errors else text[-lines:])
+
+
 class ServerFailed(RuntimeError):
     """tritonserver exited or did not become ready."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Where the server listens; 0 picks a free port."""
+
+    http: int = 0
+    grpc: int = 0
+    metrics: int = 0
+
+    def endpoints(self) -> Endpoints:
+        return Endpoints(self.http or free_port(), self.grpc or free_port(), self.metrics or free_port())
+
+
+_servers_started = itertools.count()
 
 
 @contextmanager
@@ -146,15 +192,23 @@ def local_server(
     workdir: Path,
     env: Mapping[str, str] | None = None,
     log_file: Path | None = None,
-    ready_timeout_s: float = 900.0,
+    load_timeout_s: float = 900.0,
+    ports: Ports = Ports(),
 ) -> Iterator[Endpoints]:
-    """Run tritonserver on `repository` until the block exits; yields its endpoints once ready."""
+    """Run tritonserver on `repository` until the block exits; yields its endpoints once every model is
+    loaded. A model not ready within `load_timeout_s` fails the start with its name, its state and the
+    log's tail. Shared-memory regions the server leaves in /dev/shm are removed when it ends, and those
+    of earlier servers whose launcher is gone when it starts."""
     tree = prepare_server_tree(workdir)
-    endpoints = Endpoints(free_port(), free_port(), free_port())
+    endpoints = ports.endpoints()
     log_path = log_file or workdir / "tritonserver.log"
+    remove_stale_shm()
+    shm_prefix = f"{SHM_PREFIX}-{os.getpid()}-{next(_servers_started)}"
+    started = time.time()
     with log_path.open("ab") as log:
+        log_start = log.tell()  # the log may hold earlier servers' runs
         process = subprocess.Popen(
-            server_command(tree, repository.resolve(), endpoints),
+            server_command(tree, repository.resolve(), endpoints, shm_prefix),
             env=server_environment(env),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -162,18 +216,26 @@ def local_server(
         )
         logger.info("tritonserver pid %d, log %s", process.pid, log_path)
         try:
-            deadline = time.monotonic() + ready_timeout_s
+            deadline = time.monotonic() + load_timeout_s
             while not _ready(endpoints):
                 if process.poll() is not None:
-                    raise ServerFailed(f"tritonserver exited with {process.returncode}; see {log_path}")
-                if time.monotonic() > deadline:
                     raise ServerFailed(
-                        f"tritonserver not ready after {ready_timeout_s:.0f} s; see {log_path}"
+                        f"tritonserver exited with {process.returncode}; the end of {log_path}:\n"
+                        + log_tail(log_path)
+                    )
+                if time.monotonic() > deadline:
+                    with log_path.open("rb") as written:
+                        written.seek(log_start)
+                        loading = models_still_loading(written.read().decode(errors="replace")) or ["?"]
+                    raise ServerFailed(
+                        f"model {', '.join(loading)} not loaded within {load_timeout_s:.0f} s; "
+                        f"the end of {log_path}:\n{log_tail(log_path)}"
                     )
                 time.sleep(1.0)
             yield endpoints
         finally:
             _stop(process)
+            remove_shm(shm_prefix, since=started)
 
 
 def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
@@ -188,3 +250,69 @@ def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def remove_shm(prefix: str, since: float) -> list[Path]:
+    """Remove the server's regions (named `prefix`...) and the regions of Python's multiprocessing
+    (`psm_*`, vLLM's) made since `since` (epoch seconds) that no process maps or holds open any more:
+    a server killed mid-run leaves both behind, and they hold memory until removed."""
+    used = _shm_in_use()
+    removed = []
+    for path in SHM_DIR.glob("*"):
+        ours = path.name.startswith(prefix)
+        orphan = path.name.startswith("psm_") and path not in used and _ctime(path) >= since
+        if ours or orphan:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    if removed:
+        logger.info("removed %d shared-memory regions left in %s", len(removed), SHM_DIR)
+    return removed
+
+
+def remove_stale_shm() -> list[Path]:
+    """Remove the regions of servers whose launcher (the pid in the name) is no longer running."""
+    removed = []
+    for path in SHM_DIR.glob(f"{SHM_PREFIX}-*"):
+        pid = path.name.removeprefix(f"{SHM_PREFIX}-").split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    if removed:
+        logger.info("removed %d shared-memory regions of servers that are gone", len(removed))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ctime(path: Path) -> float:
+    try:
+        return path.stat().st_ctime
+    except OSError:
+        return 0.0
+
+
+def _shm_in_use() -> set[Path]:
+    """/dev/shm files that some process we can see maps or has open."""
+    used: set[Path] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            for line in (proc / "maps").read_text().splitlines():
+                if str(SHM_DIR) in line:
+                    used.add(Path(line.split(maxsplit=5)[-1].removesuffix(" (deleted)")))
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith(str(SHM_DIR)):
+                        used.add(Path(target))
+    return used

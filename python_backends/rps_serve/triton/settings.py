@@ -3,7 +3,9 @@
 model.json holds the model path, the scheduling policy, the cost-model repository, the RPS scheduler's
 settings, vLLM engine arguments, the media limits and `max_pending_requests`: how many requests
 `vllm_model` holds at once (queued or running) before it answers UNAVAILABLE, like the
-`max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default).
+`max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default), and
+`class_source`: whether `vllm_model` checks the class a request carries (`verify`, the default) or takes
+it as given (`trust`), see `triton.classes`.
 Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies.
 `RPS_MODEL` and `RPS_POLICY` override the model and the policy (`rps-serve serve --model/--policy` sets
 them); `RPS_ENGINE_ARGS` (JSON) overrides engine arguments key by key.
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.scheduling.parameters import Policy
+from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
 from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
 
@@ -37,6 +40,7 @@ class ServingSettings:
     engine_args: dict[str, Any] = field(default_factory=dict)
     media: MediaLimits = field(default_factory=MediaLimits)
     max_pending_requests: int | None = None
+    class_source: ClassSource = ClassSource.VERIFY
 
     def engine_kwargs(self) -> dict[str, Any]:
         """`AsyncEngineArgs` keyword arguments: the engine arguments plus the scheduler for the policy."""
@@ -91,6 +95,13 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         raise ValueError(
             f"{file}: max_pending_requests must be a positive integer or null, got {max_pending!r}"
         )
+    try:
+        class_source = ClassSource(raw.get("class_source", ClassSource.VERIFY.value))
+    except ValueError:
+        choices = [c.value for c in ClassSource]
+        raise ValueError(
+            f"{file}: class_source must be one of {choices}, got {raw['class_source']!r}"
+        ) from None
     return ServingSettings(
         model=_path(model, repository),
         policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
@@ -99,6 +110,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         engine_args=engine_args,
         media=MediaLimits.from_mapping(raw.get("media", {})),
         max_pending_requests=max_pending,
+        class_source=class_source,
     )
 
 

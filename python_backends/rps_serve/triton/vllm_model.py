@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from rps_serve.triton.backend import (
     configure_logging,
     error_response,
     log_failure,
-    string_tensor,
+    requested_outputs,
     tensor_getter,
 )
 from rps_serve.triton.classes import ClassEstimator, ClassInfo, supplied_class
@@ -44,6 +45,7 @@ from rps_serve.triton.metrics import ClassMetrics
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.settings import load_settings
+from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,11 @@ def sampling_params(parameters: dict[str, Any], info: ClassInfo, limits: MediaLi
     from vllm import SamplingParams
 
     parameters = dict(parameters)
+    extra_args = parameters.get("extra_args")
+    if isinstance(extra_args, dict) and EXTRA_ARGS_KEY in extra_args:
+        raise p.BadRequest(
+            f"'{p.SAMPLING_PARAMETERS}': extra_args.{EXTRA_ARGS_KEY} is the server's (the request's class)"
+        )
     if info.supplied:
         parameters["extra_args"] = {**(parameters.get("extra_args") or {}), **info.extra_args()}
     try:
@@ -96,6 +103,7 @@ class _Progress:
     output_tokens: int = 0
     finish_reason: str = ""
     cancelled: bool = False
+    outputs: frozenset[str] = frozenset()  # the outputs the request asked for (see `requested_outputs`)
 
 
 class TritonPythonModel:
@@ -106,7 +114,7 @@ class TritonPythonModel:
         settings = load_settings(Path(args["model_repository"]).parent)
         self.preprocessor = Preprocessor(PromptTokenCounter(settings.model), settings.media)
         cost_model = OnnxCostModel.from_repository(settings.cost_model) if settings.cost_model else None
-        self.classes = ClassEstimator(cost_model)
+        self.classes = ClassEstimator(cost_model, settings.class_source)
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
         self.max_pending = settings.max_pending_requests
         self.pending = 0  # requests between admission and their final response (loop thread only)
@@ -143,22 +151,23 @@ class TritonPythonModel:
         to the deepest backlog and never shrinks, so an unbounded backlog is unbounded memory.
         """
         sender = request.get_response_sender()
+        client_id = request.request_id()
         if self.max_pending is not None and self.pending >= self.max_pending:
             self.metrics.rejected()
             message = (
                 f"vllm_model {p.OVERLOADED}: {self.pending} requests in flight, "
                 f"max_pending_requests is {self.max_pending}; retry later"
             )
-            sender.send(error_response(pb_utils, message, code="UNAVAILABLE"), flags=FINAL)
+            sender.send(error_response(pb_utils, client_id, message, code="UNAVAILABLE"), flags=FINAL)
             return
         self.pending += 1
         try:
             await self._generate(request, sender)
         except (p.BadRequest, VLLMClientError) as error:  # the request's fault, e.g. a prompt too long
-            sender.send(error_response(pb_utils, str(error), code="INVALID_ARG"), flags=FINAL)
+            sender.send(error_response(pb_utils, client_id, str(error), code="INVALID_ARG"), flags=FINAL)
         except Exception as error:
-            logger.exception("vllm_model failed on a request")
-            sender.send(error_response(pb_utils, f"vllm_model failed: {error}"), flags=FINAL)
+            logger.exception("vllm_model failed on request %r", client_id)
+            sender.send(error_response(pb_utils, client_id, f"vllm_model failed: {error}"), flags=FINAL)
         finally:
             self.pending -= 1
 
@@ -168,13 +177,13 @@ class TritonPythonModel:
         parsed = p.parse_request(get)
         frames = get(p.VIDEO_FRAMES)
         prepared = self.preprocessor.prepare(parsed, frames if frames is not None and frames.size else None)
-        info = supplied_class(get) or self.classes.estimate(prepared.features)
+        info = self.classes.decide(supplied_class(get), prepared.features)
         params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)
         prompt: dict[str, Any] = {"prompt": parsed.prompt}
         if media := prepared.multi_modal_data():
             prompt["multi_modal_data"] = media
         request_id = f"{request.request_id() or 'triton'}-{uuid.uuid4().hex}"
-        progress = _Progress()
+        progress = _Progress(outputs=frozenset(request.requested_output_names()))
         self.metrics.admitted(info.request_class)
         try:
             streaming = asyncio.ensure_future(
@@ -244,14 +253,16 @@ class TritonPythonModel:
         if output.metrics is not None:
             progress.preemptions = output.metrics.num_preemptions
 
-    def _response(self, text: str, progress: _Progress, info: ClassInfo) -> Any:
+    @staticmethod
+    def _response(text: str, progress: _Progress, info: ClassInfo) -> Any:
+        outputs: dict[str, Callable[[], np.ndarray | str]] = {
+            p.TEXT_OUTPUT: lambda: text,
+            p.FINISH_REASON: lambda: progress.finish_reason,
+            p.NUM_INPUT_TOKENS: lambda: np.array([progress.input_tokens], dtype=np.uint32),
+            p.NUM_OUTPUT_TOKENS: lambda: np.array([progress.output_tokens], dtype=np.uint32),
+            p.RPS_CLASS: lambda: info.request_class.label,
+            p.EST_PREFILL_S: lambda: np.array([info.est_prefill_s], dtype=np.float32),
+        }
         return pb_utils.InferenceResponse(
-            output_tensors=[
-                string_tensor(pb_utils, p.TEXT_OUTPUT, text),
-                string_tensor(pb_utils, p.FINISH_REASON, progress.finish_reason),
-                pb_utils.Tensor(p.NUM_INPUT_TOKENS, np.array([progress.input_tokens], dtype=np.uint32)),
-                pb_utils.Tensor(p.NUM_OUTPUT_TOKENS, np.array([progress.output_tokens], dtype=np.uint32)),
-                string_tensor(pb_utils, p.RPS_CLASS, info.request_class.label),
-                pb_utils.Tensor(p.EST_PREFILL_S, np.array([info.est_prefill_s], dtype=np.float32)),
-            ]
+            output_tensors=requested_outputs(pb_utils, progress.outputs, outputs)
         )

@@ -1,0 +1,210 @@
+"""What every response of the repository's models carries, on a real server: only the outputs the
+request asked for, errors that name the request they answer (so that a client with many requests on
+one stream can tell whose error it is), and a class no direct caller can make lighter.
+
+Triton 2.51's Python backend frees the numpy arrays of unrequested outputs without the GIL (fixed in
+2.53), which corrupted the `vllm_model` stub's heap under load. The test server runs the repository's
+own `vllm_model` and `preprocess` behind a check (`CHECKED_MODEL`) that turns a response carrying an
+unrequested output into an error, so these tests fail at once on a model that builds one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from rps_serve.cost import features as cols
+from rps_serve.requests import Modality, RequestClass, RequestFeatures
+from rps_serve.triton import protocol as p
+from rps_serve.triton.client import Generation, StreamClient, infer_inputs
+from rps_serve.workload.prompts import chat_prompt, filler_text
+from tests.triton.conftest import Requests, Server, start_server
+
+ENSEMBLE, VLLM_MODEL, PREPROCESS = "rps_ensemble", "vllm_model", "preprocess"
+
+CHECKED_MODEL = '''
+import json
+import locale
+
+locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+
+import triton_python_backend_utils as pb_utils
+
+from rps_serve.triton.{module} import TritonPythonModel as Served
+
+
+def checked(request, response):
+    """`response`, or an error naming the outputs it carries that `request` did not ask for."""
+    if response is None or response.has_error():
+        return response
+    extra = {{t.name() for t in response.output_tensors()}} - set(request.requested_output_names())
+    if not extra:
+        return response
+    message = f"request {{json.dumps(request.request_id())}}: unrequested outputs {{sorted(extra)}}"
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+
+class CheckedSender:
+    def __init__(self, request, sender):
+        self.request, self.sender = request, sender
+
+    def send(self, response=None, flags=0):
+        response = checked(self.request, response)
+        if response is None:
+            return self.sender.send(flags=flags)
+        return self.sender.send(response, flags=flags)
+
+    def is_cancelled(self):
+        return self.sender.is_cancelled()
+
+
+def check_senders(request_type):
+    """Route every response a decoupled model sends through `checked` (the request type exists only
+    once the stub serves requests)."""
+    if not hasattr(request_type, "unchecked_response_sender"):
+        request_type.unchecked_response_sender = request_type.get_response_sender
+        request_type.get_response_sender = lambda request: CheckedSender(
+            request, request.unchecked_response_sender()
+        )
+
+
+class TritonPythonModel(Served):
+    def execute(self, requests):
+        check_senders(type(requests[0]))
+        responses = super().execute(requests)
+        if responses is None:  # decoupled: the responses go through the senders
+            return None
+        return [checked(q, r) for q, r in zip(requests, responses)]
+'''
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    models = {
+        VLLM_MODEL: CHECKED_MODEL.format(module="vllm_model"),
+        PREPROCESS: CHECKED_MODEL.format(module="preprocess_model"),
+    }
+    with start_server(tmp_path_factory, model_files=models) as running:
+        yield running
+
+
+def _finish(client: StreamClient, timeout_s: float = 300) -> None:
+    tally = client.wait_all(time.monotonic() + timeout_s)
+    assert tally.lost == 0, tally
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_ensemble_responses_carry_only_its_outputs(server: Server, requests: Requests, stream: bool) -> None:
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        for modality in Modality:
+            client.submit(
+                ENSEMBLE, modality.value, requests.make(modality, max_tokens=4, stream=stream).tensors()
+            )
+        _finish(client)
+    finally:
+        client.close()
+    for modality in Modality:
+        result = client.results[modality.value]
+        assert result.error is None, result.error
+        assert result.text
+        assert set(result.outputs) == {p.TEXT_OUTPUT, p.RPS_CLASS, p.EST_PREFILL_S}
+
+
+def test_direct_callers_get_the_outputs_they_name(server: Server, requests: Requests) -> None:
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        client.submit(VLLM_MODEL, "some", requests.make(Modality.IMAGE).tensors(), outputs=[p.TEXT_OUTPUT])
+        client.submit(VLLM_MODEL, "all", requests.make(Modality.TEXT).tensors())
+        _finish(client)
+    finally:
+        client.close()
+    assert client.results["some"].error is None, client.results["some"].error
+    assert set(client.results["some"].outputs) == {p.TEXT_OUTPUT}
+    assert client.results["all"].error is None, client.results["all"].error
+    assert {p.FINISH_REASON, p.NUM_OUTPUT_TOKENS, p.RPS_CLASS} <= set(client.results["all"].outputs)
+
+    grpc = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+    outputs = [grpcclient.InferRequestedOutput(p.FEATURES)]
+    tensors = requests.make(Modality.VIDEO).tensors()
+    result = grpc.infer(PREPROCESS, infer_inputs(grpcclient, tensors), outputs=outputs)
+    assert [o.name for o in result.get_response().outputs] == [p.FEATURES]
+    assert result.as_numpy(p.FEATURES).shape == (1, 3)
+
+
+def test_errors_on_a_shared_stream_reach_their_requests(server: Server, requests: Requests) -> None:
+    """Good and bad requests interleaved on one stream: each error reaches the request that caused it,
+    through the ensemble (preprocess's errors) and directly (vllm_model's), and the others complete."""
+    good = requests.make(Modality.TEXT).tensors()
+    bad_json = {**good, p.SAMPLING_PARAMETERS: np.array([b"{not json"], dtype=np.object_)}
+    corrupt = {
+        **requests.make(Modality.IMAGE).tensors(),
+        p.IMAGE: np.array([b"bm90IGFuIGltYWdl"], dtype=np.object_),
+    }
+    bad = {
+        "ensemble bad json": (ENSEMBLE, bad_json, "not valid JSON"),
+        "ensemble corrupt image": (ENSEMBLE, corrupt, "image 0 cannot be decoded"),
+        'direct "quoted" id': (VLLM_MODEL, bad_json, "not valid JSON"),
+        "direct corrupt image": (VLLM_MODEL, corrupt, "image 0 cannot be decoded"),
+    }
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        for n, (request_id, (model, tensors, _)) in enumerate(bad.items()):
+            client.submit(model, request_id, tensors)
+            client.submit(ENSEMBLE, f"good {n}", requests.make(Modality.TEXT).tensors())
+        _finish(client)
+    finally:
+        client.close()
+    assert client.unattributed_errors == []
+    for request_id, (_, _, reason) in bad.items():
+        error = client.results[request_id].error
+        assert error is not None and reason in error, (request_id, error)
+        assert p.attributed_request(error) == request_id
+        assert " at 0x" not in error  # no object reprs
+    for n in range(len(bad)):
+        assert client.results[f"good {n}"].error is None
+    assert client.tally().failed == len(bad) and client.tally().completed == len(bad)
+
+
+def _claiming(tensors: dict[str, np.ndarray], level: int) -> dict[str, np.ndarray]:
+    """`tensors` with the class tensors the ensemble would add, claiming `level`."""
+    return {
+        **tensors,
+        p.CLASS_LEVEL: np.array([level], dtype=np.int64),
+        p.CLASS_DISTANCES: np.zeros((1, 3), dtype=np.float32),
+        p.COST: np.zeros((1, cols.NUM_COST_COLUMNS), dtype=np.float32),
+    }
+
+
+def test_a_direct_caller_cannot_claim_a_lighter_class(server: Server) -> None:
+    """model.json's default `class_source: verify`: a long text claiming sand is served as its own
+    class; a heavier claim stands; the engine's extra_args entry is not the caller's to set."""
+    prompt = chat_prompt(filler_text(2500, random.Random(3)), Modality.TEXT)
+    generation = Generation(prompt, sampling_parameters={"max_tokens": 2}, stream=False)
+    grpc = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+    features = grpc.infer(PREPROCESS, infer_inputs(grpcclient, generation.tensors())).as_numpy(p.FEATURES)
+    cost_model = server.cost_model()
+    own = cost_model.assess([RequestFeatures(Modality.TEXT, int(features[0, cols.PROMPT_TOKENS]), 0)])[0]
+    assert own.level > 0, "the premise: a long text is not the lightest class"
+    sneaky = replace(
+        generation, sampling_parameters={"max_tokens": 2, "extra_args": {"rps": {"class_level": 0}}}
+    )
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        client.submit(VLLM_MODEL, "sand", _claiming(generation.tensors(), 0))
+        client.submit(VLLM_MODEL, "rocks", _claiming(generation.tensors(), 2))
+        client.submit(VLLM_MODEL, "extra_args", sneaky.tensors())
+        _finish(client)
+    finally:
+        client.close()
+    label = RequestClass.for_level(own.level, cost_model.num_classes).label
+    assert client.results["sand"].outputs[p.RPS_CLASS][0].decode() == label
+    assert client.results["rocks"].outputs[p.RPS_CLASS][0].decode() == RequestClass.ROCKS.label
+    error = client.results["extra_args"].error
+    assert error is not None and "extra_args.rps" in error, error
