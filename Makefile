@@ -38,8 +38,8 @@ $(ONNX): | setup
 tiny-model: $(TINY_MODEL)/config.json
 model-repository: $(ONNX)
 
-# Replays a mixed text/image/video workload through tritonclient against the local tritonserver,
-# once under vLLM's FCFS and once under RPS, and prints TTFT per modality.
+# Replays a mixed text/image/video workload through tritonclient against the local tritonserver, under
+# vLLM's FCFS, vLLM's priority policy with our classes, and RPS, and prints TTFT per modality.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve --verbose demo --out $(OUT)/demo
 
@@ -66,10 +66,11 @@ bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_cost_model
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
 
-# Real vLLM engine on CPU, FCFS vs RPS interleaved (about 10 minutes on 2 cores), then scheduler overhead.
+# Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
+# overhead.
 ab: $(TINY_MODEL)/config.json
 	$(BIN)/rps-serve ab --model $(TINY_MODEL) --mix mixed-iii --rate 4 --requests 150 --repeats 3 \
-		--policies fcfs,rps --json $(OUT)/ab/rate4.json
+		--policies fcfs,vllm-priority,rps --json $(OUT)/ab/rate4.json
 	$(BIN)/python benchmarks/bench_plugin_overhead.py $(TINY_MODEL)
 
 # Overload soak on the local tritonserver: SOAK_CYCLES load-and-drain cycles at 1.5x the measured sustainable

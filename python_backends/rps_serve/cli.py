@@ -263,7 +263,7 @@ def _repository_and_model(args: argparse.Namespace) -> Path:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from rps_serve.bench.demo import DemoConfig, run_demo, save_results, ttft_table
+    from rps_serve.bench.demo import DemoConfig, run_demo, save_results, stage_table, ttft_table
 
     model = _repository_and_model(args)
     config = DemoConfig(
@@ -298,6 +298,7 @@ def _demo(args: argparse.Namespace) -> int:
             f"{config.load_fraction:g}x = {demo.rate:.2f} req/s"
         )
     print(ttft_table({policy: run.records for policy, run in demo.runs.items()}))
+    print(stage_table({policy: run.report["results"][policy] for policy, run in demo.runs.items()}))
     for policy, run in demo.runs.items():
         print(f"{policy}: {run.tally}")
     json_path, plot_path = save_results(demo, config)
@@ -364,7 +365,7 @@ def _soak(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rps_serve.bench.demo import ttft_table
+    from rps_serve.bench.demo import stage_table, ttft_table
     from rps_serve.bench.load import BenchConfig, run_bench
     from rps_serve.triton.repository import TINY_MODEL
 
@@ -385,11 +386,14 @@ def _bench(args: argparse.Namespace) -> int:
         isolated=args.isolated,
         slo=args.slo,
         progress=not args.no_progress,
+        metrics_url=args.metrics_url,
     )
     run = run_bench(config)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(run.report, indent=1) + "\n")
     print(ttft_table({config.label: run.records}))
+    if args.metrics_url:
+        print(stage_table({config.label: run.report["results"][config.label]}))
     print(f"requests: {run.tally}")
     result = run.report["results"][config.label]
     utilization = result["utilization"]
@@ -540,7 +544,11 @@ def _parser() -> argparse.ArgumentParser:
     ab = commands.add_parser("ab", help="policies side by side on a real vLLM engine (fresh engine per run)")
     ab.add_argument("--model", type=Path, required=True, help="model built by `rps-serve make-tiny-model`")
     _add_workload_arguments(ab)
-    ab.add_argument("--policies", default="fcfs,rps", help="comma-separated: rps, static, aging, edf, fcfs")
+    ab.add_argument(
+        "--policies",
+        default="fcfs,vllm-priority,rps",
+        help=f"comma-separated, from {', '.join(p.value for p in Policy)}",
+    )
     ab.add_argument("--repeats", type=int, default=3, help="runs per policy, interleaved")
     ab.add_argument(
         "--cost-model", type=Path, help="ONNX cost model repository (default: classes by modality)"
@@ -581,7 +589,9 @@ def _parser() -> argparse.ArgumentParser:
         "demo", help="replay a mixed workload through the local tritonserver under FCFS and RPS"
     )
     _add_local_server_arguments(demo)
-    demo.add_argument("--policies", default="fcfs,rps", help="comma-separated; one server run each")
+    demo.add_argument(
+        "--policies", default="fcfs,vllm-priority,rps", help="comma-separated; one server run each"
+    )
     demo.add_argument("--mix", default="mixed-iii", choices=list(MIXES))
     demo.add_argument(
         "--rate", type=float, help="mean arrival rate, requests per second (default: measured, see below)"
@@ -619,6 +629,10 @@ def _parser() -> argparse.ArgumentParser:
         "bench", help="replay a workload against a running server (rps-serve serve); simulate's JSON"
     )
     bench.add_argument("--url", required=True, help="gRPC HOST:PORT (rps-serve serve prints it)")
+    bench.add_argument(
+        "--metrics-url",
+        help="the server's metrics endpoint (http://HOST:PORT/metrics): where each class waited",
+    )
     _add_workload_arguments(bench, rate_required=False)
     bench.add_argument(
         "--trace", type=Path, help="replay this trace (rps-serve trace) instead of --mix/--rate"

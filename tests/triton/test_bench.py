@@ -45,7 +45,8 @@ def test_bench_measures_a_trace_in_the_simulators_json_shape(server: Server, tmp
     write_trace(trace_file, trace)
     argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file),
             "--model", str(_model(server)), "--isolated", "1", "--max-text-tokens", "300",
-            "--label", "fcfs-or-rps", "--json", str(out), "--plot", str(plot), "--no-progress"]  # fmt: skip
+            "--label", "fcfs-or-rps", "--json", str(out), "--plot", str(plot), "--no-progress",
+            "--metrics-url", server.endpoints.metrics_url]  # fmt: skip
     assert main(argv) == 0
     report = json.loads(out.read_text())
     (result,) = report["results"].values()
@@ -62,6 +63,13 @@ def test_bench_measures_a_trace_in_the_simulators_json_shape(server: Server, tmp
         "lost": 0,
     }
     assert result["overall"]["count"] == len(trace)
+    # Where each class waited on the server: the trace's requests, each split into its stages.
+    stages = result["stages"]
+    assert sum(s["requests"] for s in stages.values()) == len(trace)
+    for s in stages.values():
+        if s["requests"]:
+            assert s["front_end_queue_s"] >= 0 and s["front_end_work_s"] > 0
+            assert s["front_end_queue_s"] + s["front_end_work_s"] < s["to_first_token_s"]
     counts = {m.value: int((trace.modality == m.index).sum()) for m in Modality}
     assert {m: result["by_modality"][m]["count"] for m in counts} == counts
     # Classes come from the server's rps_class output: every request has one of the three.

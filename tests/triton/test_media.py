@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from rps_serve.triton.client import encode_image, encode_video
-from rps_serve.triton.media import MediaLimits, decode_image, decode_images, decode_video, sample_indices
+from rps_serve.triton.media import (
+    MediaLimits,
+    decode_image,
+    decode_images,
+    decode_video,
+    image_size,
+    sample_indices,
+    video_shape,
+)
 from rps_serve.triton.protocol import BadRequest
 from rps_serve.workload.media import random_image, random_video
 
@@ -78,3 +86,24 @@ def test_sampled_frames_spread_over_the_video() -> None:
 def test_unknown_limits_are_named() -> None:
     with pytest.raises(ValueError, match="max_frames"):
         MediaLimits.from_mapping({"max_frames": 3})
+
+
+def test_metadata_gives_the_sizes_decoding_would() -> None:
+    data = encode_image(random_image(30, 40, RNG))
+    assert image_size(data, MediaLimits()) == (30, 40)
+    video = encode_video(random_video(20, 32, 48, RNG))
+    limits = MediaLimits(video_frames=8)
+    assert video_shape(video, limits) == decode_video(video, limits).shape[:3]
+    short = encode_video(random_video(4, 16, 16, RNG))
+    assert video_shape(short, limits) == decode_video(short, limits).shape[:3]
+
+
+def test_metadata_applies_the_limits() -> None:
+    with pytest.raises(BadRequest, match="0 is 40x30; the limit"):
+        image_size(encode_image(random_image(30, 40, RNG)), MediaLimits(max_image_pixels=1000))
+    with pytest.raises(BadRequest, match="cannot be decoded"):
+        image_size(b"\xff\xd8\xff not really a jpeg", MediaLimits())
+    with pytest.raises(BadRequest, match="12 frames; the limit is 10"):
+        video_shape(encode_video(random_video(12, 16, 16, RNG)), MediaLimits(max_video_frames=10))
+    with pytest.raises(BadRequest, match="video"):
+        video_shape(b"\x00\x00\x00\x18ftypmp42" + bytes(500), MediaLimits())

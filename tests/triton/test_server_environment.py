@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from rps_serve.triton.server import (
     remove_stale_shm,
     server_command,
     server_environment,
+    shm_mapped_by,
 )
 
 
@@ -59,25 +60,34 @@ def test_stale_regions_of_gone_servers_are_removed_and_live_ones_kept() -> None:
         live.unlink(missing_ok=True)
 
 
-def test_a_server_s_regions_and_orphaned_multiprocessing_regions_are_removed() -> None:
+def test_a_server_s_regions_and_those_its_processes_mapped_are_removed(tmp_path: Path) -> None:
+    """`shm_mapped_by` finds a region a process (and its children) maps; `remove_shm` removes the
+    server's prefixed regions and those, and nothing else."""
     prefix = f"{SHM_PREFIX}-{os.getpid()}-test"
-    since = time.time() - 1
-    ours = SHM_DIR / f"{prefix}-python_1"
-    orphan, held = SHM_DIR / f"psm_rpstest{os.getpid()}a", SHM_DIR / f"psm_rpstest{os.getpid()}b"
-    for path in (ours, orphan, held):
-        path.write_bytes(b"x")
+    ours, mapped, other = (
+        SHM_DIR / f"{prefix}-python_1",
+        SHM_DIR / f"psm_rpstest{os.getpid()}a",
+        SHM_DIR / f"psm_rpstest{os.getpid()}b",
+    )
+    for path in (ours, mapped, other):
+        path.write_bytes(b"x" * 4096)
+    mapper = subprocess.Popen(
+        [sys.executable, "-c", f"import mmap, sys, time; f = open({str(mapped)!r}, 'r+b'); "
+         "m = mmap.mmap(f.fileno(), 0); print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
     try:
-        with held.open("rb"):  # a region some process still uses stays
-            removed = set(remove_shm(prefix, since))
-        assert {ours, orphan} <= removed and held not in removed
-        assert held.exists()
-        # Regions from before the server started belong to someone else.
-        old = SHM_DIR / f"psm_rpstest{os.getpid()}c"
-        old.write_bytes(b"x")
-        assert old not in remove_shm(prefix, since=time.time() + 60)
-        old.unlink()
+        assert mapper.stdout is not None and mapper.stdout.readline().strip() == "ready"
+        found = shm_mapped_by(os.getpid())  # the test process and its child, the mapper
+        assert mapped in found and other not in found
+        mapper.kill()
+        mapper.wait()
+        assert set(remove_shm(prefix, found)) == {ours, mapped}
+        assert other.exists()
     finally:
-        for path in (ours, orphan, held):
+        mapper.kill()
+        for path in (ours, mapped, other):
             path.unlink(missing_ok=True)
 
 

@@ -3,6 +3,7 @@ it must fail here, before it misbehaves in production."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Iterator
@@ -89,3 +90,27 @@ def test_request_fields_we_read(engine: Any) -> None:
     assert feature.modality == "video" and 0 < feature.mm_position.length < request.num_prompt_tokens
     assert request.priority == scheduler.waiting.level(request)  # the scheduler wrote it
     driver.run()
+
+
+def test_the_rendered_input_path_vllm_model_uses() -> None:
+    """`triton.engine_input` renders prompts itself and hands `generate` the result, which vLLM must
+    pass to the engine without processing it again, stamped with the arrival time we set."""
+    from vllm.renderers.base import BaseRenderer
+    from vllm.renderers.inputs.preprocess import parse_model_prompt
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    assert callable(parse_model_prompt)
+    assert list(inspect.signature(BaseRenderer.render_cmpl).parameters)[:3] == [
+        "self",
+        "prompts",
+        "tok_params",
+    ]
+    assert isinstance(
+        inspect.getattr_static(BaseRenderer, "default_cmpl_tok_params"), functools.cached_property
+    )
+    assert callable(BaseRenderer._join_mm_warmup)
+    add_request = inspect.getsource(AsyncLLM.add_request)
+    assert 'isinstance(prompt, dict) and "type" in prompt' in add_request
+    assert "priority" in inspect.signature(AsyncLLM.generate).parameters
+    assert 'prompt.get("arrival_time"' in inspect.getsource(InputProcessor.process_inputs)

@@ -1,5 +1,6 @@
-"""The FCFS-vs-RPS demo: the same mixed workload through the local Triton server, once per policy,
-each on a freshly started server, then TTFT per modality side by side and a CDF plot.
+"""The demo: the same mixed workload through the local Triton server under stock vLLM's FCFS, stock
+vLLM's priority policy with our classes (`vllm-priority`) and RPS, each on a freshly started server,
+then TTFT per modality side by side and a CDF plot.
 
 Unless a rate is given, the first policy's server is first loaded closed-loop to measure what this
 machine sustains (`bench.capacity`), and every policy replays at `load_fraction` of that: a fixed rate
@@ -38,7 +39,7 @@ class DemoConfig:
     repository: Path
     model: Path
     out: Path
-    policies: Sequence[str] = ("fcfs", "rps")
+    policies: Sequence[str] = ("fcfs", "vllm-priority", "rps")
     mix: str = "mixed-iii"
     rate: float | None = None  # requests per second; None: `load_fraction` of the measured capacity
     load_fraction: float = 0.7
@@ -87,6 +88,7 @@ def run_demo(config: DemoConfig) -> DemoRuns:
                     max_text_tokens=DEMO_CONTENT.max_text_tokens,
                     max_output_tokens=DEMO_MAX_OUTPUT_TOKENS,
                     progress=False,
+                    metrics_url=endpoints.metrics_url,
                 )
             )
     assert rate is not None  # set by the first policy's run
@@ -105,7 +107,10 @@ def _measure_capacity(url: str, config: DemoConfig) -> Capacity:
 def ttft_table(records: dict[str, RequestRecords]) -> str:
     """Per modality: count, then mean and P90 TTFT (seconds) of each policy."""
     policies = list(records)
-    header = f"{'TTFT (s)':<10} {'n':>4}" + "".join(f" {p + ' mean':>10} {p + ' P90':>9}" for p in policies)
+    widths = {p: (max(10, len(p) + 5), max(9, len(p) + 4)) for p in policies}
+    header = f"{'TTFT (s)':<10} {'n':>4}" + "".join(
+        f" {p + ' mean':>{widths[p][0]}} {p + ' P90':>{widths[p][1]}}" for p in policies
+    )
     lines = [header]
     reports = {p: grouped_metrics(r) for p, r in records.items()}
     first = records[policies[0]]
@@ -114,10 +119,32 @@ def ttft_table(records: dict[str, RequestRecords]) -> str:
         cells = []
         for policy in policies:
             ttft = reports[policy]["by_modality"][modality.value]["ttft"]
-            cells.append(f" {_seconds(ttft['mean']):>10} {_seconds(ttft['p90']):>9}")
+            mean_width, p90_width = widths[policy]
+            cells.append(f" {_seconds(ttft['mean']):>{mean_width}} {_seconds(ttft['p90']):>{p90_width}}")
         lines.append(f"{modality.value:<10} {count:>4}" + "".join(cells))
     done = ", ".join(f"{p} {int(r.completed.sum())}/{len(r.ttft)}" for p, r in records.items())
     lines.append(f"completed: {done}")
+    return "\n".join(lines)
+
+
+def stage_table(reports: dict[str, dict[str, Any]]) -> str:
+    """Per policy and class: mean seconds from arrival at vllm_model to the first token, and its parts
+    (`bench.stages`), from each run's results."""
+    header = ("to 1st token", "front queue", "front work", "engine")
+    widths = (12, 11, 10, 7)
+    lines = [
+        f"{'server-side (s)':<22} {'n':>4} "
+        + " ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True))
+    ]
+    for policy, result in reports.items():
+        for label, stages in result.get("stages", {}).items():
+            if not stages["requests"]:
+                continue
+            cells = [
+                stages[k] for k in ("to_first_token_s", "front_end_queue_s", "front_end_work_s", "engine_s")
+            ]
+            shown = " ".join(f"{_seconds(v):>{w}}" for v, w in zip(cells, widths, strict=True))
+            lines.append(f"{policy + ' ' + label:<22} {int(stages['requests']):>4} {shown}")
     return "\n".join(lines)
 
 

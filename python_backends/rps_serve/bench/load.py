@@ -17,6 +17,8 @@ import numpy as np
 
 from rps_serve.bench.gpu import GpuSampler
 from rps_serve.bench.replay import build_requests, drain_allowance_s, one_at_a_time, replay, warm_up
+from rps_serve.bench.server_stats import scrape
+from rps_serve.bench.stages import stage_breakdown
 from rps_serve.metrics import RequestRecords, grouped_metrics, slo_metrics
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
@@ -57,6 +59,7 @@ class BenchConfig:
     isolated: int = 3
     slo: Path | None = None
     progress: bool = True
+    metrics_url: str | None = None  # the server's metrics endpoint: where each class waited (`stages`)
 
     @property
     def limits(self) -> ContentLimits:
@@ -145,11 +148,14 @@ def run_bench(config: BenchConfig) -> BenchRun:
         float(trace.arrival_s[-1]),
         drain_s,
     )
+    before = None if config.metrics_url is None else scrape(config.metrics_url)
     with GpuSampler() as gpu:
         replayed = replay(config.url, trace, requests, drain_s=drain_s, progress=config.progress)
     report = bench_report(config, replayed.records, isolated, slo, gpu.result().to_json())
     result = report["results"][config.label]
     result.update(requests=asdict(replayed.tally), error_examples=replayed.errors[:5])
+    if config.metrics_url is not None and before is not None:
+        result["stages"] = stage_breakdown(before, scrape(config.metrics_url))
     return BenchRun(replayed.records, replayed.tally, isolated, slo, report)
 
 

@@ -17,7 +17,10 @@ class Policy(enum.Enum):
     - static: static class priority only, FCFS inside a class;
     - aging: the aging term only (no static priority);
     - edf: earliest deadline first, deadline = arrival + the class SLO;
-    - fcfs: arrival order, classes ignored (vLLM's default).
+    - fcfs: arrival order, classes ignored (vLLM's default);
+    - vllm-priority: stock vLLM's `priority` policy with each request's priority = its class level,
+      what a user can configure without RPS-Serve: static class order, no aging, and a waiting request
+      never preempts a running one.
     """
 
     RPS = "rps"
@@ -25,6 +28,12 @@ class Policy(enum.Enum):
     AGING = "aging"
     EDF = "edf"
     FCFS = "fcfs"
+    VLLM_PRIORITY = "vllm-priority"
+
+    @property
+    def is_stock(self) -> bool:
+        """Run by vLLM's own scheduler (the baselines), not the RPS plug-in."""
+        return self in (Policy.FCFS, Policy.VLLM_PRIORITY)
 
     @classmethod
     def parse(cls, name: str) -> Policy:

@@ -83,12 +83,12 @@ class PriorityRegulator:
         return [int(b) for b in self._boost]
 
     def priorities(self, levels: np.ndarray, arrivals: np.ndarray, now: float) -> np.ndarray:
-        """Vectorized `priority` for rps/static/aging."""
+        """Vectorized `priority` for rps/static/aging (and vllm-priority, which orders as static)."""
         waiting = np.maximum(now - arrivals, 0.0)
         aging = -np.expm1(-self._k[levels] * self._boost[levels] * waiting ** self._p[levels])
         if self.policy is Policy.RPS:
             return np.asarray(self._static[levels] + aging)
-        if self.policy is Policy.STATIC:
+        if self.policy in (Policy.STATIC, Policy.VLLM_PRIORITY):
             return np.asarray(self._static[levels], dtype=float)
         if self.policy is Policy.AGING:
             return np.asarray(aging)

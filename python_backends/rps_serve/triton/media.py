@@ -9,7 +9,8 @@ from __future__ import annotations
 import io
 import logging
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -47,8 +48,10 @@ class MediaLimits:
         return cls(**{name: int(value) for name, value in raw.items()})
 
 
-def decode_image(data: bytes, limits: MediaLimits, index: int = 0) -> Any:
-    """A PIL RGB image; `BadRequest` if it is too large or not an image."""
+def image_size(data: bytes, limits: MediaLimits, index: int = 0) -> tuple[int, int]:
+    """(height, width) from the image's header, without decoding its pixels; `BadRequest` if the file
+    is too large or its header is not an image's. A file with a valid header may still fail to decode
+    later (`decode_image`)."""
     from PIL import Image
 
     if len(data) > limits.max_image_bytes:
@@ -56,15 +59,24 @@ def decode_image(data: bytes, limits: MediaLimits, index: int = 0) -> Any:
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-            if width * height > limits.max_image_pixels:
-                raise BadRequest(
-                    f"image {index} is {width}x{height}; the limit is {limits.max_image_pixels} pixels"
-                )
-            return image.convert("RGB")
-    except BadRequest:
-        raise
     except Image.UnidentifiedImageError:
         raise BadRequest(f"image {index} cannot be decoded: not an image format Pillow reads") from None
+    except Exception as error:  # as in decode_image: whatever the header parser raises
+        raise BadRequest(f"image {index} cannot be decoded: {type(error).__name__}: {error}") from None
+    if width * height > limits.max_image_pixels:
+        raise BadRequest(f"image {index} is {width}x{height}; the limit is {limits.max_image_pixels} pixels")
+    return height, width
+
+
+def decode_image(data: bytes, limits: MediaLimits, index: int = 0) -> Any:
+    """A PIL RGB image; `BadRequest` if it is too large or not an image (the limits are checked on the
+    header, before any pixel is decoded: decompression bombs stop there)."""
+    from PIL import Image
+
+    image_size(data, limits, index)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.convert("RGB")
     # Pillow reports a malformed file as OSError, ValueError, SyntaxError, EOFError or struct.error
     # (fuzzing found several): whatever the decoder raises on the client's bytes is a bad image.
     except Exception as error:
@@ -85,9 +97,13 @@ def check_prompt_tokens(tokens: int, limits: MediaLimits) -> None:
         )
 
 
-def decode_images(images: tuple[bytes, ...], limits: MediaLimits) -> list[Any]:
+def check_image_count(images: tuple[bytes, ...], limits: MediaLimits) -> None:
     if len(images) > limits.max_images:
         raise BadRequest(f"{len(images)} images; the limit is {limits.max_images} per request")
+
+
+def decode_images(images: tuple[bytes, ...], limits: MediaLimits) -> list[Any]:
+    check_image_count(images, limits)
     return [decode_image(data, limits, i) for i, data in enumerate(images)]
 
 
@@ -98,8 +114,9 @@ def sample_indices(total: int, wanted: int) -> np.ndarray:
     return np.unique(np.linspace(0, total - 1, wanted).round().astype(np.int64))
 
 
-def decode_video(data: bytes, limits: MediaLimits) -> np.ndarray:
-    """`limits.video_frames` RGB frames [F, H, W, 3] uint8 sampled evenly over the video."""
+@contextmanager
+def _opened_video(data: bytes, limits: MediaLimits) -> Iterator[Any]:
+    """An OpenCV capture of the video whose size is within the limits; `BadRequest` otherwise."""
     import cv2
 
     if len(data) > limits.max_video_bytes:
@@ -118,9 +135,37 @@ def decode_video(data: bytes, limits: MediaLimits) -> np.ndarray:
                 raise BadRequest(
                     f"video is {width}x{height}; the limit is {limits.max_video_pixels} pixels per frame"
                 )
-            frames = _read_frames(capture, limits)
+            yield capture
         finally:
             capture.release()
+
+
+def video_shape(data: bytes, limits: MediaLimits) -> tuple[int, int, int]:
+    """(frames sampled, height, width) from what the container says, without decoding a frame.
+
+    A container that does not give its frame count is taken to have at least `limits.video_frames`:
+    the most a video can cost at its frame size, so its class is never lighter than it turns out.
+    """
+    import cv2
+
+    with _opened_video(data, limits) as capture:
+        total = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        height = int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        width = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH))
+    if total > limits.max_video_frames:
+        raise BadRequest(f"video has {total} frames; the limit is {limits.max_video_frames}")
+    if height <= 0 or width <= 0:
+        raise BadRequest("video cannot be decoded: the container gives no frame size")
+    sampled = limits.video_frames if total <= 0 else len(sample_indices(total, limits.video_frames))
+    return sampled, height, width
+
+
+def decode_video(data: bytes, limits: MediaLimits) -> np.ndarray:
+    """`limits.video_frames` RGB frames [F, H, W, 3] uint8 sampled evenly over the video."""
+    import cv2
+
+    with _opened_video(data, limits) as capture:
+        frames = _read_frames(capture, limits)
     if not frames:
         raise BadRequest("video has no decodable frames")
     return np.stack([cv2.cvtColor(frame, cv2.COLOR_BGR2RGB) for frame in frames])

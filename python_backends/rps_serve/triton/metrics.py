@@ -7,6 +7,10 @@ Triton model, so the model measures what it can see for each request, whose clas
   (waiting in the class queue or in prefill);
 - `rps_wait_seconds` (histogram) and `rps_wait_seconds_total`: from arrival at vllm_model to the
   first token;
+- `rps_front_end_queue_seconds_total` and `rps_front_end_work_seconds_total`: of that, the seconds
+  a request waited for a front-end worker, and the seconds the worker spent on it (decoding its media,
+  vLLM's input processing) until it was handed to the engine; the rest of the wait is the engine's
+  (its queue, prefill, and vLLM's own input processing where vLLM renders);
 - `rps_preemptions_total`: the engine's preemptions of the class's requests (vLLM reports them per
   request in `RequestOutput.metrics`), counted when the request ends;
 - `rps_cancelled_total`: requests the client cancelled mid-flight, aborted in the engine.
@@ -59,6 +63,16 @@ class ClassMetrics:
             if hasattr(family, "HISTOGRAM")
             else None
         )
+        self._front_end_queue = metrics(
+            "rps_front_end_queue_seconds_total",
+            "Seconds from arrival to a front-end worker taking the request, summed",
+            family.COUNTER,
+        )
+        self._front_end_work = metrics(
+            "rps_front_end_work_seconds_total",
+            "Seconds a front-end worker spent on the request (decoding, input processing), summed",
+            family.COUNTER,
+        )
         self._preemptions = metrics(
             "rps_preemptions_total", "Engine preemptions of the class's requests", family.COUNTER
         )
@@ -85,6 +99,8 @@ class ClassMetrics:
             self._queue,
             self._wait_total,
             self._wait,
+            self._front_end_queue,
+            self._front_end_work,
             self._preemptions,
             self._cancelled,
         ):
@@ -102,6 +118,10 @@ class ClassMetrics:
         self._wait_total[cls].increment(wait_s)
         if self._wait is not None:
             self._wait[cls].observe(wait_s)
+
+    def front_end(self, cls: RequestClass, queued_s: float, work_s: float) -> None:
+        self._front_end_queue[cls].increment(queued_s)
+        self._front_end_work[cls].increment(work_s)
 
     def kv_cache_usage(self, fraction: float) -> None:
         self._kv_usage.set(fraction)

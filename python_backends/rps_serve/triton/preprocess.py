@@ -1,4 +1,7 @@
-"""The preprocess step: validate a request, decode its media, count its tokens, emit cost features."""
+"""A request's preparation in two steps: `inspect` reads what its media say about themselves (image
+headers, the video container's frame count and size) to count its tokens and emit its cost features,
+cheaply and before its class is known; `decode` decodes the media for the engine, once, after
+classification (see `triton.front_end`)."""
 
 from __future__ import annotations
 
@@ -8,14 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.cost.features import feature_matrix
 from rps_serve.requests import RequestFeatures
 from rps_serve.triton.media import (
     MediaLimits,
+    check_image_count,
     check_prompt_bytes,
     check_prompt_tokens,
     decode_images,
     decode_video,
+    image_size,
+    video_shape,
 )
 from rps_serve.triton.prompt_tokens import PromptTokenCounter, request_features
 from rps_serve.triton.protocol import GenerateRequest
@@ -24,18 +29,11 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class PreparedRequest:
-    """A request ready for the engine: decoded media and the cost model's input."""
+class DecodedMedia:
+    """A request's media as the engine takes them."""
 
-    request: GenerateRequest
     images: list[Any]  # PIL RGB images
     video_frames: np.ndarray | None  # [F, H, W, 3] uint8, sampled
-    features: RequestFeatures
-
-    @property
-    def feature_matrix(self) -> np.ndarray:
-        """float32 [1, 3], the Impact Estimator's input."""
-        return feature_matrix([self.features])
 
     def multi_modal_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -53,19 +51,19 @@ class Preprocessor:
         frames = counter.video_frames
         self.limits = limits if frames is None else replace(limits, video_frames=frames)
 
-    def prepare(self, request: GenerateRequest, video_frames: np.ndarray | None = None) -> PreparedRequest:
-        """Decode and count. `video_frames` are frames an earlier step already decoded and sampled."""
+    def inspect(self, request: GenerateRequest) -> RequestFeatures:
+        """The cost features from the prompt and the media's own metadata (no pixel decoded); raises
+        `BadRequest` for a request over a limit or whose media markers do not match its media."""
         check_prompt_bytes(request.prompt, self.limits)
-        images = decode_images(request.images, self.limits)
-        if video_frames is None and request.video is not None:
-            video_frames = decode_video(request.video, self.limits)
-        video_shape = None
-        if video_frames is not None:
-            frames, height, width = video_frames.shape[:3]
-            video_shape = (frames, height, width)
-        count = self.counter.count(
-            request.prompt, [(image.height, image.width) for image in images], video_shape
-        )
+        check_image_count(request.images, self.limits)
+        sizes = [image_size(data, self.limits, i) for i, data in enumerate(request.images)]
+        shape = None if request.video is None else video_shape(request.video, self.limits)
+        count = self.counter.count(request.prompt, sizes, shape)
         check_prompt_tokens(count.prompt_tokens, self.limits)
-        features = request_features(count, len(images), video_frames is not None)
-        return PreparedRequest(request, images, video_frames, features)
+        return request_features(count, len(sizes), shape is not None)
+
+    def decode(self, request: GenerateRequest) -> DecodedMedia:
+        """The media decoded (and the video sampled) for the engine; `BadRequest` if they do not decode."""
+        images = decode_images(request.images, self.limits)
+        frames = None if request.video is None else decode_video(request.video, self.limits)
+        return DecodedMedia(images, frames)

@@ -1,4 +1,5 @@
-"""Triton model `preprocess` (Python backend): parse, decode, count tokens, emit the cost features."""
+"""Triton model `preprocess` (Python backend): parse, check, count tokens from the media's metadata, emit
+the cost features; the media pass on undecoded."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from rps_serve.cost.features import feature_matrix
 from rps_serve.triton import protocol as p
 from rps_serve.triton.backend import configure_logging, error_response, requested_outputs, tensor_getter
 from rps_serve.triton.preprocess import Preprocessor
@@ -34,7 +36,7 @@ class TritonPythonModel:
         get = tensor_getter(pb_utils, request)
         try:
             parsed = p.parse_request(get)
-            prepared = self.preprocessor.prepare(parsed)
+            features = self.preprocessor.inspect(parsed)
         except p.BadRequest as error:
             return error_response(pb_utils, request.request_id(), str(error), code="INVALID_ARG")
         except Exception as error:  # a failure on one request must not take the model down
@@ -42,15 +44,15 @@ class TritonPythonModel:
             return error_response(pb_utils, request.request_id(), f"preprocess failed: {error}")
         outputs: dict[str, Callable[[], np.ndarray | str]] = {
             p.PROMPT: lambda: parsed.prompt,
-            p.FEATURES: lambda: prepared.feature_matrix,
+            p.FEATURES: lambda: feature_matrix([features]),
             p.STREAM: lambda: np.array([parsed.stream]),
             p.SAMPLING_PARAMETERS: lambda: json.dumps(parsed.sampling_parameters),
             p.EXCLUDE_INPUT_IN_OUTPUT: lambda: np.array([parsed.exclude_input_in_output]),
         }
-        images = get(p.IMAGE)
-        if images is not None and images.size:
+        # Media go on as the client sent them: vllm_model decodes them once, in class order.
+        if (images := get(p.IMAGE)) is not None and images.size:
             outputs[p.IMAGE] = lambda: images
-        if (frames := prepared.video_frames) is not None:
-            outputs[p.VIDEO_FRAMES] = lambda: np.ascontiguousarray(frames)
+        if (video := get(p.VIDEO)) is not None and video.size:
+            outputs[p.VIDEO] = lambda: video
         tensors = requested_outputs(pb_utils, request.requested_output_names(), outputs)
         return pb_utils.InferenceResponse(output_tensors=tensors)

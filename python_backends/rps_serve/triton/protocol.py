@@ -19,7 +19,6 @@ import numpy as np
 TEXT_INPUT = "text_input"
 IMAGE = "image"
 VIDEO = "video"
-VIDEO_FRAMES = "video_frames"  # decoded, sampled frames [F, H, W, 3] uint8 (preprocess -> vllm_model)
 STREAM = "stream"
 SAMPLING_PARAMETERS = "sampling_parameters"
 EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"

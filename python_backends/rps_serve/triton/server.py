@@ -198,13 +198,13 @@ def local_server(
     """Run tritonserver on `repository` until the block exits; yields its endpoints once every model is
     loaded. A model not ready within `load_timeout_s` fails the start with its name, its state and the
     log's tail. Shared-memory regions the server leaves in /dev/shm are removed when it ends, and those
-    of earlier servers whose launcher is gone when it starts."""
+    of earlier servers whose launcher is gone when it starts (the regions their vLLM processes mapped
+    cannot be told from other programs' then, and stay)."""
     tree = prepare_server_tree(workdir)
     endpoints = ports.endpoints()
     log_path = log_file or workdir / "tritonserver.log"
     remove_stale_shm()
     shm_prefix = f"{SHM_PREFIX}-{os.getpid()}-{next(_servers_started)}"
-    started = time.time()
     with log_path.open("ab") as log:
         log_start = log.tell()  # the log may hold earlier servers' runs
         process = subprocess.Popen(
@@ -234,8 +234,9 @@ def local_server(
                 time.sleep(1.0)
             yield endpoints
         finally:
+            mapped = {p for p in shm_mapped_by(process.pid) if not p.name.startswith(shm_prefix)}
             _stop(process)
-            remove_shm(shm_prefix, since=started)
+            remove_shm(shm_prefix, mapped)
 
 
 def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
@@ -252,19 +253,15 @@ def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
     process.wait()
 
 
-def remove_shm(prefix: str, since: float) -> list[Path]:
-    """Remove the server's regions (named `prefix`...) and the regions of Python's multiprocessing
-    (`psm_*`, vLLM's) made since `since` (epoch seconds) that no process maps or holds open any more:
-    a server killed mid-run leaves both behind, and they hold memory until removed."""
-    used = _shm_in_use()
+def remove_shm(prefix: str, mapped: set[Path]) -> list[Path]:
+    """Remove the server's regions (named `prefix`-...) and `mapped`, the other regions its processes
+    had mapped (vLLM's `psm_*`, Python multiprocessing's), once the server is gone: a server killed
+    mid-run leaves them behind, and they hold memory until removed."""
     removed = []
-    for path in SHM_DIR.glob("*"):
-        ours = path.name.startswith(prefix)
-        orphan = path.name.startswith("psm_") and path not in used and _ctime(path) >= since
-        if ours or orphan:
-            with contextlib.suppress(OSError):
-                path.unlink()
-                removed.append(path)
+    for path in [*SHM_DIR.glob(f"{prefix}-*"), *mapped]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
     if removed:
         logger.info("removed %d shared-memory regions left in %s", len(removed), SHM_DIR)
     return removed
@@ -294,25 +291,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _ctime(path: Path) -> float:
+def shm_mapped_by(pid: int) -> set[Path]:
+    """The /dev/shm files that process `pid` and its descendants map (while they run)."""
+    import psutil
+
     try:
-        return path.stat().st_ctime
-    except OSError:
-        return 0.0
-
-
-def _shm_in_use() -> set[Path]:
-    """/dev/shm files that some process we can see maps or has open."""
-    used: set[Path] = set()
-    for proc in Path("/proc").glob("[0-9]*"):
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return set()
+    mapped: set[Path] = set()
+    for process in processes:
         with contextlib.suppress(OSError):
-            for line in (proc / "maps").read_text().splitlines():
-                if str(SHM_DIR) in line:
-                    used.add(Path(line.split(maxsplit=5)[-1].removesuffix(" (deleted)")))
-        with contextlib.suppress(OSError):
-            for fd in (proc / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    target = os.readlink(fd)
-                    if target.startswith(str(SHM_DIR)):
-                        used.add(Path(target))
-    return used
+            for line in Path(f"/proc/{process.pid}/maps").read_text().splitlines():
+                if f" {SHM_DIR}/" in line:
+                    mapped.add(Path(line.split(maxsplit=5)[-1].removesuffix(" (deleted)")))
+    return mapped

@@ -5,7 +5,8 @@ settings, vLLM engine arguments, the media limits and `max_pending_requests`: ho
 `vllm_model` holds at once (queued or running) before it answers UNAVAILABLE, like the
 `max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default), and
 `class_source`: whether `vllm_model` checks the class a request carries (`verify`, the default) or takes
-it as given (`trust`), see `triton.classes`.
+it as given (`trust`), see `triton.classes`; `front_end_workers`, the threads that decode and render
+requests' media in class order (`triton.front_end`).
 Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies.
 `RPS_MODEL` and `RPS_POLICY` override the model and the policy (`rps-serve serve --model/--policy` sets
 them); `RPS_ENGINE_ARGS` (JSON) overrides engine arguments key by key.
@@ -41,6 +42,7 @@ class ServingSettings:
     media: MediaLimits = field(default_factory=MediaLimits)
     max_pending_requests: int | None = None
     class_source: ClassSource = ClassSource.VERIFY
+    front_end_workers: int = 2
 
     def engine_kwargs(self) -> dict[str, Any]:
         """`AsyncEngineArgs` keyword arguments: the engine arguments plus the scheduler for the policy."""
@@ -102,6 +104,9 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         raise ValueError(
             f"{file}: class_source must be one of {choices}, got {raw['class_source']!r}"
         ) from None
+    workers = raw.get("front_end_workers", 2)
+    if type(workers) is not int or workers < 1:
+        raise ValueError(f"{file}: front_end_workers must be a positive integer, got {workers!r}")
     return ServingSettings(
         model=_path(model, repository),
         policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
@@ -111,6 +116,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         media=MediaLimits.from_mapping(raw.get("media", {})),
         max_pending_requests=max_pending,
         class_source=class_source,
+        front_end_workers=workers,
     )
 
 

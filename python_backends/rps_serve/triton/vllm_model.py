@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,9 @@ from rps_serve.triton.backend import (
     tensor_getter,
 )
 from rps_serve.triton.classes import ClassEstimator, ClassInfo, supplied_class
+from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import kv_cache_usage_logger
+from rps_serve.triton.front_end import FrontEnd
 from rps_serve.triton.media import MediaLimits
 from rps_serve.triton.metrics import ClassMetrics
 from rps_serve.triton.preprocess import Preprocessor
@@ -123,7 +126,21 @@ class TritonPythonModel:
         self.thread.start()
         starting = asyncio.run_coroutine_threadsafe(self._start_engine(settings.engine_kwargs()), self.loop)
         self.engine = starting.result()
-        logger.info("vllm_model: %s, policy %s", settings.model, settings.policy.value)
+        # Class-aware policies order the CPU work before the engine by class and render inputs
+        # themselves; the stock baselines keep vLLM's own front end (arrival order).
+        class_aware = not settings.policy.is_stock
+        self.renderer = MediaRenderer(self.engine) if class_aware else None
+        if self.renderer is not None:
+            asyncio.run_coroutine_threadsafe(self.renderer.prepare(), self.loop).result()
+        self.front_end = FrontEnd(settings.front_end_workers, class_ordered=class_aware)
+        self.inspector = ThreadPoolExecutor(1, thread_name_prefix="vllm-model-inspect")
+        logger.info(
+            "vllm_model: %s, policy %s, %d front-end workers (%s order)",
+            settings.model,
+            settings.policy.value,
+            settings.front_end_workers,
+            "class" if class_aware else "arrival",
+        )
 
     async def _start_engine(self, kwargs: dict[str, Any]) -> Any:
         from vllm import AsyncEngineArgs
@@ -138,6 +155,8 @@ class TritonPythonModel:
             asyncio.run_coroutine_threadsafe(self._serve(request), self.loop).add_done_callback(log_failure)
 
     def finalize(self) -> None:
+        self.front_end.close()
+        self.inspector.shutdown(wait=False, cancel_futures=True)
         self.engine.shutdown()
         self.metrics.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -172,30 +191,85 @@ class TritonPythonModel:
             self.pending -= 1
 
     async def _generate(self, request: Any, sender: Any) -> None:
-        arrival = time.monotonic()
+        arrival, arrival_wall = time.monotonic(), time.time()
         get = tensor_getter(pb_utils, request)
         parsed = p.parse_request(get)
-        frames = get(p.VIDEO_FRAMES)
-        prepared = self.preprocessor.prepare(parsed, frames if frames is not None and frames.size else None)
-        info = self.classes.decide(supplied_class(get), prepared.features)
+        # The media's metadata only (decoding waits for the front end, in class order), off the loop,
+        # on one thread: the tokenizer must not be used from two threads at once.
+        features = await asyncio.get_running_loop().run_in_executor(
+            self.inspector, self.preprocessor.inspect, parsed
+        )
+        info = self.classes.decide(supplied_class(get), features)
         params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)
-        prompt: dict[str, Any] = {"prompt": parsed.prompt}
-        if media := prepared.multi_modal_data():
-            prompt["multi_modal_data"] = media
         request_id = f"{request.request_id() or 'triton'}-{uuid.uuid4().hex}"
         progress = _Progress(outputs=frozenset(request.requested_output_names()))
         self.metrics.admitted(info.request_class)
         try:
-            streaming = asyncio.ensure_future(
-                self._stream(prompt, params, request_id, parsed, sender, progress, info, arrival)
-            )
-            await self._until_done_or_cancelled(streaming, sender, progress)
+            prompt = await self._through_front_end(parsed, info, arrival, arrival_wall, sender, progress)
+            if prompt is not None:
+                streaming = asyncio.ensure_future(
+                    self._stream(prompt, params, request_id, parsed, sender, progress, info, arrival)
+                )
+                await self._until_done_or_cancelled(streaming, sender, progress)
             if progress.cancelled:
                 sender.send(flags=FINAL)
         finally:
             self.metrics.ended(
                 info.request_class, progress.preemptions, progress.first_token, progress.cancelled
             )
+
+    async def _through_front_end(
+        self,
+        parsed: p.GenerateRequest,
+        info: ClassInfo,
+        arrival: float,
+        arrival_wall: float,
+        sender: Any,
+        progress: _Progress,
+    ) -> dict[str, Any] | None:
+        """The request's input for the engine, from a front-end worker: its media decoded and, under
+        a class-aware policy, rendered (`engine_input`); None if the client cancelled before a worker
+        took it. Rendered inputs reach the engine in the order they were rendered (the futures resolve
+        in that order, and nothing awaits between a resolution and `generate`)."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+        def settle(result: dict[str, Any] | BaseException) -> None:
+            if ready.done():
+                return
+            if isinstance(result, BaseException):
+                ready.set_exception(result)
+            else:
+                ready.set_result(result)
+
+        def deliver(result: dict[str, Any] | BaseException) -> None:
+            loop.call_soon_threadsafe(settle, result)
+
+        def work() -> None:
+            started = time.monotonic()
+            try:
+                prompt: dict[str, Any] = {"prompt": parsed.prompt}
+                if media := self.preprocessor.decode(parsed).multi_modal_data():
+                    prompt["multi_modal_data"] = media
+                if self.renderer is None:  # stock vLLM renders on its own executor, in arrival order
+                    deliver(prompt)
+                else:
+                    self.renderer.render(prompt, arrival_wall, deliver)
+            except Exception as error:
+                deliver(error)
+            finally:
+                # Every call into Triton (metrics too) stays on the loop's thread: the stub's messages to
+                # the server from several threads at once crash the server.
+                loop.call_soon_threadsafe(
+                    self.metrics.front_end, info.request_class, started - arrival, time.monotonic() - started
+                )
+
+        ticket = self.front_end.submit(info.level, work)
+        while not (await asyncio.wait({ready}, timeout=CANCEL_POLL_S))[0]:
+            if sender.is_cancelled() and ticket.withdraw():
+                progress.cancelled = True
+                return None
+        return ready.result()
 
     @staticmethod
     async def _until_done_or_cancelled(
@@ -224,7 +298,10 @@ class TritonPythonModel:
         arrival: float,
     ) -> None:
         # Closing the generator early makes vLLM abort the request.
-        async with contextlib.aclosing(self.engine.generate(prompt, params, request_id)) as outputs:
+        # The class level is also the request's vLLM priority, which stock vLLM's priority policy orders
+        # by (vllm-priority); FCFS ignores it and the RPS scheduler sets its own.
+        generation = self.engine.generate(prompt, params, request_id, priority=info.level)
+        async with contextlib.aclosing(generation) as outputs:
             async for output in outputs:
                 self._record(output, progress, info, arrival)
                 if not parsed.stream:

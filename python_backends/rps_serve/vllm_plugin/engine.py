@@ -1,4 +1,4 @@
-"""Engine arguments that put the RPS scheduler (or stock vLLM, for `fcfs`) into a vLLM V1 engine."""
+"""Engine arguments that put the RPS scheduler (or stock vLLM, for the baselines) into a vLLM V1 engine."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from typing import Any
 
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.config import RPSConfig
-
-STOCK_POLICY = Policy.FCFS
 
 
 def scheduler_engine_kwargs(
@@ -19,11 +17,13 @@ def scheduler_engine_kwargs(
 ) -> dict[str, Any]:
     """`EngineArgs` keyword arguments selecting the scheduler for `policy`.
 
-    `fcfs` is stock vLLM (its own scheduler, FCFS queue) so that baselines are the real thing;
-    every other policy runs the RPS scheduler with vLLM's priority policy underneath.
+    `fcfs` and `vllm-priority` are stock vLLM (its own scheduler and queue) so that baselines are the
+    real thing; every other policy runs the RPS scheduler with vLLM's priority policy underneath.
     """
-    if policy is STOCK_POLICY:
+    if policy is Policy.FCFS:
         return {"scheduling_policy": "fcfs"}
+    if policy is Policy.VLLM_PRIORITY:
+        return {"scheduling_policy": "priority"}
     from rps_serve.vllm_plugin.scheduler import scheduler_cls_name
 
     config = RPSConfig(policy=policy, cost_model=str(cost_model) if cost_model else None, **rps_settings)

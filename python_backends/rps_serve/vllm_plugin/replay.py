@@ -63,7 +63,9 @@ async def _send(
     await asyncio.sleep(max(0.0, start + request.arrival_s - time.perf_counter()))
     extra = {EXTRA_ARGS_KEY: {"class_level": request.level, "num_classes": num_levels}}
     params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True, extra_args=extra)
-    async for output in engine.generate(request.prompt, params, f"r{index}"):
+    # The class level is also the request's vLLM priority: what stock vLLM's priority policy orders by
+    # (vllm-priority); the FCFS policy ignores it, and the RPS scheduler sets its own.
+    async for output in engine.generate(request.prompt, params, f"r{index}", priority=request.level):
         now = time.perf_counter() - start
         if np.isnan(first[index]) and output.outputs and output.outputs[0].token_ids:
             first[index] = now

@@ -1,0 +1,33 @@
+"""Where each class's requests waited on the server during a run: the difference of `vllm_model`'s
+per-class counters between two scrapes, as mean seconds per request from arrival at `vllm_model` to
+the first token, split into waiting for a front-end worker, the worker's decoding and rendering, and
+the engine (its queue and prefill, and vLLM's own input processing where vLLM renders)."""
+
+from __future__ import annotations
+
+from rps_serve.bench.server_stats import MetricsSnapshot
+from rps_serve.requests import RequestClass
+
+VLLM_MODEL = "vllm_model"
+_STAGES = {
+    "front_end_queue_s": "rps_front_end_queue_seconds_total",
+    "front_end_work_s": "rps_front_end_work_seconds_total",
+    "to_first_token_s": "rps_wait_seconds_total",
+}
+
+
+def stage_breakdown(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict[str, float | None]]:
+    """Per class: requests, and mean seconds per request of each stage (None for a class without any)."""
+    breakdown: dict[str, dict[str, float | None]] = {}
+    for cls in RequestClass:
+        labels = {"model": VLLM_MODEL, "rps_class": cls.label}
+
+        def delta(name: str, labels: dict[str, str] = labels) -> float:
+            return after.total(name, **labels) - before.total(name, **labels)
+
+        requests = delta("rps_requests_total")
+        means = {stage: delta(metric) / requests if requests else None for stage, metric in _STAGES.items()}
+        queued, work, total = means["front_end_queue_s"], means["front_end_work_s"], means["to_first_token_s"]
+        engine = None if total is None or queued is None or work is None else total - queued - work
+        breakdown[cls.label] = {"requests": requests, **means, "engine_s": engine}
+    return breakdown
