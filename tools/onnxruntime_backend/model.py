@@ -14,6 +14,8 @@ import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
+from rps_serve.triton.protocol import attributed
+
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -50,8 +52,7 @@ class TritonPythonModel:
                 ]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except Exception as error:  # one bad request must not fail the others in the batch
-                message = str(error)
-                if request.request_id():  # named as the repository's other models name theirs
-                    message = f"request {json.dumps(request.request_id())}: {message}"
+                # Named as the repository's other models name theirs (the real backend does not).
+                message = attributed(request.request_id(), str(error))
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
         return responses

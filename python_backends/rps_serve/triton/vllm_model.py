@@ -6,9 +6,11 @@ response sender and always ends with a final response or an error. A request who
 Triton flags is aborted in the engine at its next streamed output, or within `CANCEL_POLL_S` while it
 waits, is prefilled or does not stream (Triton 2.51 does not flag every cancelled gRPC stream, and
 rarely one through an ensemble: the engine finishes those).
-The class travels from the ensemble as tensors and reaches the RPS scheduler in
-`SamplingParams.extra_args`; requests sent here directly carry none, and the engine classifies them
-itself.
+The class travels from the ensemble as tensors, checked against this model's own estimate
+(`triton.classes`), and reaches the RPS scheduler in `SamplingParams.extra_args`; requests sent here
+directly carry none, and the engine classifies them itself. Before the engine, a request's media are
+decoded (and, under class-aware policies, its input rendered) once, by the front end's workers in class
+order (`triton.front_end`), never on the loop.
 """
 
 from __future__ import annotations
