@@ -34,8 +34,7 @@ def test_server_command_names_its_shared_memory_and_ports(tmp_path: Path) -> Non
     endpoints = Ports(http=8000, grpc=8001, metrics=8002).endpoints()
     command = server_command(tmp_path, tmp_path / "repo", endpoints, shm_prefix="rps-serve-1-0")
     assert {"--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"} <= set(command)
-    for backend in ("python", "onnxruntime"):
-        assert f"--backend-config={backend},shm-region-prefix-name=rps-serve-1-0-{backend}" in command
+    assert "--backend-config=python,shm-region-prefix-name=rps-serve-1-0-python" in command
     picked = Ports().endpoints()
     assert 0 not in (picked.http_port, picked.grpc_port, picked.metrics_port)
 

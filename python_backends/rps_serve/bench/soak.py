@@ -233,7 +233,7 @@ def _run_cycle(
         drain_s = time.monotonic() - start - config.cycle_s
         rss = sampler.rss_by_process()
     errors = [r.error for r in results if r.error and not r.refused]
-    errors += [e for e in client.unattributed_errors if p.OVERLOADED not in e]
+    errors += [e for e in client.unattributed_errors if not p.is_refusal(e)]
     return CycleReport(
         sent=tally.sent,
         completed=tally.completed,

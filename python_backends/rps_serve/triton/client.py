@@ -103,7 +103,7 @@ class StreamResult:
     @property
     def refused(self) -> bool:
         """Refused because the server held too many requests (retry later), not failed."""
-        return self.error is not None and p.OVERLOADED in self.error
+        return self.error is not None and p.is_refusal(self.error)
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class StreamClient:
         with self._lock:
             ended = [self.results[r] for r, done in self._done.items() if done.is_set()]
             unattributed = list(self.unattributed_errors)
-        refused = sum(r.refused for r in ended) + sum(p.OVERLOADED in e for e in unattributed)
+        refused = sum(r.refused for r in ended) + sum(map(p.is_refusal, unattributed))
         errors = sum(r.error is not None for r in ended) + len(unattributed)
         return Tally(
             sent=len(self.results),

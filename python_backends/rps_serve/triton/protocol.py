@@ -48,6 +48,11 @@ TensorGetter = Callable[[str], np.ndarray | None]
 OVERLOADED = "overloaded"
 
 
+def is_refusal(message: str) -> bool:
+    """Whether an error message is an overload refusal (retry later) rather than a failure."""
+    return OVERLOADED in message
+
+
 # Error messages start with the id the client gave its request, JSON-quoted: tritonclient's gRPC stream
 # callback gets an error without the response's id, so on a stream shared by many requests the message
 # is the only place that can say whose error it is.

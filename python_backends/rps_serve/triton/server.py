@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SHM_DIR = Path("/dev/shm")
-# The shared-memory regions of a launcher's server are named after it (`_shm_prefix`), so that what a
+# The shared-memory regions of a launcher's server are named after it (`local_server`), so that what a
 # server leaves behind, however it ended, can be found and removed.
 SHM_PREFIX = "rps-serve"
 ONNX_STAND_IN = REPO_ROOT / "tools" / "onnxruntime_backend" / "model.py"
@@ -113,11 +113,8 @@ def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]
 
 
 def server_command(tree: Path, repository: Path, endpoints: Endpoints, shm_prefix: str) -> list[str]:
-    """`shm_prefix` names the server's shared-memory regions (every Python-based backend's)."""
-    shm_prefixes = [
-        f"--backend-config={backend},shm-region-prefix-name={shm_prefix}-{backend}"
-        for backend in ("python", "onnxruntime")
-    ]
+    """`shm_prefix` names the server's shared-memory regions: the python backend's setting, which the
+    Python-based backends (the ONNX stand-in) take too."""
     return [
         str(tree / "bin" / "tritonserver"),
         f"--model-repository={repository}",
@@ -133,7 +130,7 @@ def server_command(tree: Path, repository: Path, endpoints: Endpoints, shm_prefi
         f"--metrics-port={endpoints.metrics_port}",
         f"--backend-config=python,shm-default-byte-size={PYTHON_SHM_BYTES}",
         f"--backend-config=python,shm-growth-byte-size={PYTHON_SHM_BYTES}",
-        *shm_prefixes,
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}-python",
         "--log-info=true",
         # In-flight requests at shutdown belong to clients that are gone or will see the error.
         "--exit-timeout-secs=10",
@@ -196,10 +193,10 @@ def local_server(
     ports: Ports = Ports(),
 ) -> Iterator[Endpoints]:
     """Run tritonserver on `repository` until the block exits; yields its endpoints once every model is
-    loaded. A model not ready within `load_timeout_s` fails the start with its name, its state and the
-    log's tail. Shared-memory regions the server leaves in /dev/shm are removed when it ends, and those
-    of earlier servers whose launcher is gone when it starts (the regions their vLLM processes mapped
-    cannot be told from other programs' then, and stay)."""
+    loaded. A model not loaded within `load_timeout_s` fails the start with its name (from the log) and
+    the log's error lines and tail. Shared-memory regions the server leaves in /dev/shm are removed when
+    it ends, and those of earlier servers whose launcher is gone when it starts (the regions their vLLM
+    processes mapped cannot be told from other programs' then, and stay)."""
     tree = prepare_server_tree(workdir)
     endpoints = ports.endpoints()
     log_path = log_file or workdir / "tritonserver.log"
