@@ -385,7 +385,8 @@ def test_streams_cancelled_mid_stream_are_aborted_in_the_engine(server: Server, 
     """Six streams cancelled one at a time after their first chunks (text, image, video, twice): each
     ends and nothing is left, and those Triton flags to the model are aborted in the engine (they ask for
     the output limit of 256 tokens, far more than they get before the cancellation lands). Triton 2.51
-    does not flag every stream cancellation (see docs/limits-and-guarantees.md), so at least one of the six must be aborted."""
+    does not flag every stream cancellation (see docs/limits-and-guarantees.md), so at least one of the
+    six must be aborted."""
     before = wait_drained(server)
     for modality in (Modality.TEXT, Modality.IMAGE, Modality.VIDEO) * 2:
         generation = requests.make(modality, max_tokens=LIMITS["max_output_tokens"])
@@ -425,8 +426,8 @@ def test_cancellation_storm_on_vllm_model(server: Server, requests: Requests) ->
 
 
 def test_cancellation_storm_through_the_ensemble(server: Server, requests: Requests) -> None:
-    """Through rps_ensemble (Triton 2.51 rarely flags the cancellation to vllm_model, see docs/limits-and-guarantees.md):
-    cancelled streams end for their clients, the engine finishes what it was not told to abort, the
+    """Through rps_ensemble (Triton 2.51 rarely flags the cancellation to vllm_model, see
+    docs/limits-and-guarantees.md): cancelled streams end for their clients, the engine finishes what it was not told to abort, the
     uncancelled complete, and once drained nothing is left in the engine or in Triton."""
     before = wait_drained(server)
     plans = _plans(12, random.Random(12))

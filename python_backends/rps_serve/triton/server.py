@@ -99,7 +99,8 @@ def prepare_server_tree(workdir: Path) -> Path:
 def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment tritonserver and its stubs need: venv first on PATH, the wheel's libraries, and
     at most two glibc malloc arenas per process unless `MALLOC_ARENA_MAX` is set (glibc's default, up to
-    8 per core, lets tritonserver's many threads fragment the heap; the soaks in docs/limits-and-guarantees.md, "Overload")."""
+    8 per core, lets tritonserver's many threads fragment the heap; the soaks in
+    docs/limits-and-guarantees.md, "Overload")."""
     libs = Path(sysconfig.get_paths()["purelib"]) / "nvidia_pytriton.libs"
     libpython = sysconfig.get_config_var("LIBDIR") or ""
     env = dict(os.environ)
