@@ -427,8 +427,9 @@ def test_cancellation_storm_on_vllm_model(server: Server, requests: Requests) ->
 
 def test_cancellation_storm_through_the_ensemble(server: Server, requests: Requests) -> None:
     """Through rps_ensemble (Triton 2.51 rarely flags the cancellation to vllm_model, see
-    docs/limits-and-guarantees.md): cancelled streams end for their clients, the engine finishes what it was not told to abort, the
-    uncancelled complete, and once drained nothing is left in the engine or in Triton."""
+    docs/limits-and-guarantees.md): cancelled streams end for their clients, the engine finishes what it
+    was not told to abort, the uncancelled complete, and once drained nothing is left in the engine or
+    in Triton."""
     before = wait_drained(server)
     plans = _plans(12, random.Random(12))
     results = _storm(server, requests, ENSEMBLE, plans, cancelled_tokens=64)
