@@ -137,7 +137,7 @@ def _simulate(args: argparse.Namespace) -> int:
         profile_gpus=args.profile_gpus,
         trace=str(args.trace) if args.trace else None,
     )
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = _names(args.policies)
     report, outcomes = run_simulation(config, policies)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n")
@@ -192,7 +192,7 @@ def _ab(args: argparse.Namespace) -> int:
         mix=args.mix,
         rate=args.rate,
         requests=args.requests,
-        policies=tuple(Policy.parse(p) for p in args.policies.split(",") if p.strip()),
+        policies=tuple(Policy.parse(p) for p in _names(args.policies)),
         repeats=args.repeats,
         seed=args.seed,
         burst_cv=args.burst_cv,
@@ -263,31 +263,33 @@ def _repository_and_model(args: argparse.Namespace) -> Path:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from rps_serve.bench.demo import DemoConfig, run_demo, save_results, stage_table, ttft_table
+    from rps_serve.bench.demo import DemoConfig, ratio_table, run_demo, save_results, stage_table, ttft_table
 
     model = _repository_and_model(args)
     config = DemoConfig(
         repository=args.repository,
         model=model,
         out=args.out,
-        policies=[p.strip() for p in args.policies.split(",") if p.strip()],
+        policies=_names(args.policies),
         mix=args.mix,
-        rate=args.rate,
-        load_fraction=args.load_fraction,
+        rates=[float(r) for r in _names(args.rate or "")],
+        load_fractions=[float(f) for f in _names(args.load_fraction)],
+        repeats=args.repeats,
         calibrate_s=args.calibrate_s,
         requests=args.requests,
         seed=args.seed,
     )
     pace = (
-        f"at {config.rate:g}/s"
-        if config.rate
-        else f"at {config.load_fraction:g}x the rate this machine sustains (measured first, "
+        f"at {args.rate} req/s"
+        if config.rates
+        else f"at {args.load_fraction}x the rate this machine sustains (measured first, "
         f"{config.calibrate_s:g} s closed-loop)"
     )
+    runs = "once" if config.repeats == 1 else f"{config.repeats} times, interleaved,"
     print(
-        f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, "
-        f"once per policy ({', '.join(config.policies)}), each on a fresh tritonserver; classes from "
-        f"the cost model in {args.repository}, trained on {_cost_model_source(args.repository)}",
+        f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, {runs} per "
+        f"policy ({', '.join(config.policies)}), each on a fresh tritonserver; classes from the cost "
+        f"model in {args.repository}, trained on {_cost_model_source(args.repository)}",
         flush=True,
     )
     demo = run_demo(config)
@@ -295,16 +297,23 @@ def _demo(args: argparse.Namespace) -> int:
         capacity = demo.capacity
         print(
             f"sustained {capacity.rate:.2f} req/s ({capacity.completed} completed in "
-            f"{capacity.duration_s:g} s with {capacity.concurrency} in flight); replayed at "
-            f"{config.load_fraction:g}x = {demo.rate:.2f} req/s"
+            f"{capacity.duration_s:g} s with {capacity.concurrency} in flight)"
         )
-    print(ttft_table({policy: run.records for policy, run in demo.runs.items()}))
-    print(stage_table({policy: run.report["results"][policy] for policy, run in demo.runs.items()}))
-    for policy, run in demo.runs.items():
-        print(f"{policy}: {run.tally}")
-    json_path, plot_path = save_results(demo, config)
-    print(f"wrote {json_path} and {plot_path}")
-    return _lost_exit_code([run.tally for run in demo.runs.values()])
+    for load in demo.loads:
+        print(f"\n{load.name}, {config.repeats} run(s) per policy pooled")
+        records = load.records()
+        print(ttft_table(records))
+        print(ratio_table(records, candidate="rps"))
+        print(stage_table(load.stages()))
+        for policy, tally in load.tallies().items():
+            print(f"{policy}: {tally}")
+    print("wrote " + ", ".join(str(path) for path in save_results(demo, config)))
+    return _lost_exit_code(demo.tallies())
+
+
+def _names(value: str) -> list[str]:
+    """The items of a comma-separated list."""
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _cost_model_source(repository: Path) -> str:
@@ -402,7 +411,7 @@ def _bench(args: argparse.Namespace) -> int:
     args.json.write_text(json.dumps(run.report, indent=1) + "\n")
     print(ttft_table({config.label: run.records}))
     if args.metrics_url:
-        print(stage_table({config.label: run.report["results"][config.label]}))
+        print(stage_table({config.label: run.report["results"][config.label]["stages"]}))
     print(f"requests: {run.tally}")
     result = run.report["results"][config.label]
     utilization = result["utilization"]
@@ -603,11 +612,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--mix", default="mixed-iii", choices=list(MIXES))
     demo.add_argument(
-        "--rate", type=float, help="mean arrival rate, requests per second (default: measured, see below)"
+        "--rate", help="arrival rates, requests per second, comma-separated (default: measured, see below)"
     )
     demo.add_argument(
-        "--load-fraction", type=float, default=0.7, help="without --rate: this x the measured sustained rate"
+        "--load-fraction",
+        default="0.7",
+        help="without --rate: these x the measured sustained rate, comma-separated (e.g. 0.6,0.9)",
     )
+    demo.add_argument("--repeats", type=int, default=1, help="runs per policy and load, interleaved")
     demo.add_argument("--calibrate-s", type=float, default=60.0, help="how long to measure the rate")
     demo.add_argument("--requests", type=int, default=120)
     demo.add_argument("--seed", type=int, default=0)

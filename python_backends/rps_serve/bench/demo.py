@@ -1,26 +1,30 @@
-"""The demo: the same mixed workload through the local Triton server under stock vLLM's FCFS, stock
-vLLM's priority policy with our classes (`vllm-priority`) and RPS, each on a freshly started server,
-then TTFT per modality side by side and a CDF plot.
+"""The demo, and the policy comparison through Triton: the same mixed workload through the local Triton
+server under stock vLLM's FCFS, stock vLLM's priority policy with our classes (`vllm-priority`) and
+RPS, each run on a freshly started server, then TTFT per modality side by side and a CDF plot.
 
-Unless a rate is given, the first policy's server is first loaded closed-loop to measure what this
-machine sustains (`bench.capacity`), and every policy replays at `load_fraction` of that: a fixed rate
-would overload a slow or busy machine (refusals, a backlog that never drains) and leave a fast one idle.
+Unless rates are given, the first policy's server is first loaded closed-loop to measure what this
+machine sustains (`bench.capacity`), and every policy replays at each of `load_fractions` of that: a
+fixed rate would overload a slow or busy machine (refusals, a backlog that never drains) and leave a
+fast one idle. With `repeats` > 1 the policies run interleaved (fcfs, vllm-priority, rps, fcfs, ...),
+each repeat on its own trace and content, and each policy's runs at one load are pooled.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rps_serve.bench.capacity import Capacity, measure_capacity, request_stream
 from rps_serve.bench.load import BenchConfig, BenchRun, run_bench
-from rps_serve.metrics import RequestRecords, grouped_metrics
+from rps_serve.bench.stages import pooled_stages
+from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
+from rps_serve.triton.client import Tally
 from rps_serve.triton.server import local_server
 from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
@@ -36,63 +40,107 @@ CAPACITY_SEED_OFFSET = 104729  # calibration content shares nothing with the rep
 
 @dataclass(frozen=True)
 class DemoConfig:
+    """`rates` (requests per second) replace the measured capacity times `load_fractions`."""
+
     repository: Path
     model: Path
     out: Path
     policies: Sequence[str] = ("fcfs", "vllm-priority", "rps")
     mix: str = "mixed-iii"
-    rate: float | None = None  # requests per second; None: `load_fraction` of the measured capacity
-    load_fraction: float = 0.7
+    rates: Sequence[float] = ()
+    load_fractions: Sequence[float] = (0.7,)
+    repeats: int = 1
     calibrate_s: float = 60.0
     requests: int = 120
     seed: int = 0
 
 
+@dataclass
+class LoadRuns:
+    """Every policy's runs at one arrival rate (`fraction` of the measured capacity, if measured)."""
+
+    rate: float
+    fraction: float | None
+    runs: dict[str, list[BenchRun]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.rate:.2f} req/s" + ("" if self.fraction is None else f" ({self.fraction:g}x)")
+
+    def records(self) -> dict[str, RequestRecords]:
+        """Each policy's runs pooled."""
+        return {p: concatenate_records([r.records for r in runs]) for p, runs in self.runs.items()}
+
+    def tallies(self) -> dict[str, Tally]:
+        return {p: Tally.total([r.tally for r in runs]) for p, runs in self.runs.items()}
+
+    def stages(self) -> dict[str, dict[str, Any]]:
+        """Per policy, where each class waited on the server, pooled over its runs."""
+        stages = {}
+        for policy, runs in self.runs.items():
+            results = [run.report["results"][policy] for run in runs]
+            stages[policy] = pooled_stages([r["stages"] for r in results if "stages" in r])
+        return stages
+
+
 @dataclass(frozen=True)
 class DemoRuns:
-    runs: dict[str, BenchRun]
-    rate: float
-    capacity: Capacity | None  # the measurement the rate came from, if it was measured
+    loads: list[LoadRuns]
+    capacity: Capacity | None  # the measurement the rates came from, if it was measured
+
+    def tallies(self) -> list[Tally]:
+        return [t for load in self.loads for t in load.tallies().values()]
 
 
 def run_demo(config: DemoConfig) -> DemoRuns:
-    """`rps-serve bench` once per policy, each against a freshly started server (empty caches)."""
+    """`rps-serve bench` once per policy, load and repeat, each against a freshly started server
+    (empty caches); at each load the policies take turns, and each repeat replays its own trace."""
+    if config.repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {config.repeats}")
     config.out.mkdir(parents=True, exist_ok=True)
     workdir = config.out.resolve() / "server"
     workdir.mkdir(exist_ok=True)
     configure_cpu_engine_environment(workdir / "vllm")
-    runs = {}
-    rate, capacity = config.rate, None
-    for policy in config.policies:
-        env = {MODEL_ENV: str(config.model.resolve()), POLICY_ENV: policy}
-        log = config.out.resolve() / f"tritonserver-{policy}.log"
-        logger.info("%s: starting tritonserver (log %s)", policy, log)
-        with local_server(config.repository, workdir, env=env, log_file=log) as endpoints:
-            if rate is None:
-                capacity = _measure_capacity(endpoints.grpc_url, config)
-                rate = config.load_fraction * capacity.rate
-                if rate <= 0:
-                    raise RuntimeError(
-                        f"the server completed no request in {config.calibrate_s:g} s; see {log}"
-                    )
-            logger.info("%s: replaying %d requests at %.2f/s", policy, config.requests, rate)
-            runs[policy] = run_bench(
-                BenchConfig(
-                    url=endpoints.grpc_url,
-                    model=config.model,
-                    mix=config.mix,
-                    rate=rate,
-                    requests=config.requests,
-                    seed=config.seed,
-                    label=policy,
-                    max_text_tokens=DEMO_CONTENT.max_text_tokens,
-                    max_output_tokens=DEMO_MAX_OUTPUT_TOKENS,
-                    progress=False,
-                    metrics_url=endpoints.metrics_url,
-                )
-            )
-    assert rate is not None  # set by the first policy's run
-    return DemoRuns(runs, rate, capacity)
+    loads = [LoadRuns(rate, None) for rate in config.rates]
+    capacity = None
+    if not loads:
+        with _server(config, config.policies[0], "capacity") as endpoints:
+            capacity = _measure_capacity(endpoints.grpc_url, config)
+        if capacity.rate <= 0:
+            raise RuntimeError(f"the server completed no request in {config.calibrate_s:g} s")
+        loads = [LoadRuns(fraction * capacity.rate, fraction) for fraction in config.load_fractions]
+    for load in loads:
+        for repeat in range(config.repeats):
+            for policy in config.policies:
+                run_name = f"{policy}-{load.rate:.2f}-{repeat + 1}"
+                with _server(config, policy, run_name) as endpoints:
+                    logger.info("%s: replaying %d requests at %.2f/s", run_name, config.requests, load.rate)
+                    run = run_bench(_bench_config(config, endpoints, policy, load.rate, config.seed + repeat))
+                load.runs.setdefault(policy, []).append(run)
+    return DemoRuns(loads, capacity)
+
+
+def _server(config: DemoConfig, policy: str, run_name: str) -> Any:
+    env = {MODEL_ENV: str(config.model.resolve()), POLICY_ENV: policy}
+    log = config.out.resolve() / f"tritonserver-{run_name}.log"
+    logger.info("%s: starting tritonserver (log %s)", run_name, log)
+    return local_server(config.repository, config.out.resolve() / "server", env=env, log_file=log)
+
+
+def _bench_config(config: DemoConfig, endpoints: Any, policy: str, rate: float, seed: int) -> BenchConfig:
+    return BenchConfig(
+        url=endpoints.grpc_url,
+        model=config.model,
+        mix=config.mix,
+        rate=rate,
+        requests=config.requests,
+        seed=seed,
+        label=policy,
+        max_text_tokens=DEMO_CONTENT.max_text_tokens,
+        max_output_tokens=DEMO_MAX_OUTPUT_TOKENS,
+        progress=False,
+        metrics_url=endpoints.metrics_url,
+    )
 
 
 def _measure_capacity(url: str, config: DemoConfig) -> Capacity:
@@ -127,42 +175,88 @@ def ttft_table(records: dict[str, RequestRecords]) -> str:
     return "\n".join(lines)
 
 
-def stage_table(reports: dict[str, dict[str, Any]]) -> str:
+def stage_table(stages: dict[str, dict[str, Any]]) -> str:
     """Per policy and class: mean seconds from arrival at vllm_model to the first token, and its parts
-    (`bench.stages`), from each run's results."""
+    (`bench.stages`)."""
     header = ("to 1st token", "front queue", "front work", "engine")
     widths = (12, 11, 10, 7)
     lines = [
         f"{'server-side (s)':<22} {'n':>4} "
         + " ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True))
     ]
-    for policy, result in reports.items():
-        for label, stages in result.get("stages", {}).items():
-            if not stages["requests"]:
+    for policy, by_class in stages.items():
+        for label, stage in by_class.items():
+            if not stage["requests"]:
                 continue
             cells = [
-                stages[k] for k in ("to_first_token_s", "front_end_queue_s", "front_end_work_s", "engine_s")
+                stage[k] for k in ("to_first_token_s", "front_end_queue_s", "front_end_work_s", "engine_s")
             ]
             shown = " ".join(f"{_seconds(v):>{w}}" for v, w in zip(cells, widths, strict=True))
-            lines.append(f"{policy + ' ' + label:<22} {int(stages['requests']):>4} {shown}")
+            lines.append(f"{policy + ' ' + label:<22} {int(stage['requests']):>4} {shown}")
     return "\n".join(lines)
 
 
-def save_results(demo: DemoRuns, config: DemoConfig) -> tuple[Path, Path]:
+def ratio_table(records: dict[str, RequestRecords], candidate: str) -> str:
+    """`candidate` against every other policy: text P90 and mean TTFT, video mean TTFT and mean time per
+    output token, as ratios (below 1: the candidate is faster)."""
+    if candidate not in records:
+        return ""
+    reports = {p: grouped_metrics(r) for p, r in records.items()}
+    cells: dict[str, Callable[[dict[str, Any]], float | None]] = {
+        "text P90 TTFT": lambda r: r["by_modality"]["text"]["ttft"]["p90"],
+        "text mean TTFT": lambda r: r["by_modality"]["text"]["ttft"]["mean"],
+        "video mean TTFT": lambda r: r["by_modality"]["video"]["ttft"]["mean"],
+        "TPOT mean": lambda r: r["overall"]["tpot"]["mean"],
+    }
+    lines = [f"{candidate + ' / baseline':<26}" + "".join(f" {name:>15}" for name in cells)]
+    for baseline in records:
+        if baseline == candidate:
+            continue
+        ratios = [_ratio(get(reports[candidate]), get(reports[baseline])) for get in cells.values()]
+        lines.append(f"{candidate + ' / ' + baseline:<26}" + "".join(f" {r:>15}" for r in ratios))
+    return "\n".join(lines)
+
+
+def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
+    """The configuration, the capacity measurement and, per load, each policy's pooled results."""
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    settings.update(policies=list(config.policies), rates=list(config.rates))
+    settings["load_fractions"] = list(config.load_fractions)
+    loads = []
+    for load in demo.loads:
+        tallies, stages = load.tallies(), load.stages()
+        results = {
+            policy: {
+                **grouped_metrics(records),
+                "completed": int(records.completed.sum()),
+                "runs": len(load.runs[policy]),
+                "requests": asdict(tallies[policy]),
+                "stages": stages[policy],
+            }
+            for policy, records in load.records().items()
+        }
+        loads.append({"rate": load.rate, "fraction": load.fraction, "results": results})
+    capacity = None if demo.capacity is None else asdict(demo.capacity)
+    return {"config": settings, "capacity": capacity, "loads": loads}
+
+
+def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
+    """`demo.json` (`results_json`) and one TTFT CDF plot per load; returns the paths written."""
     from rps_serve.sim.plots import plot_ttft_cdf
 
-    report: dict[str, Any] = {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
-        "rate": demo.rate,
-        "capacity": None if demo.capacity is None else asdict(demo.capacity),
-        "results": {p: run.report["results"][p] for p, run in demo.runs.items()},
-    }
-    report["config"]["policies"] = list(config.policies)
-    json_path, plot_path = config.out / "demo.json", config.out / "ttft.png"
-    json_path.write_text(json.dumps(report, indent=1) + "\n")
-    title = f"tiny Qwen2-VL on CPU via Triton, {config.mix} at {demo.rate:.2f} req/s"
-    plot_ttft_cdf({p: run.records for p, run in demo.runs.items()}, plot_path, title)
-    return json_path, plot_path
+    json_path = config.out / "demo.json"
+    json_path.write_text(json.dumps(results_json(demo, config), indent=1) + "\n")
+    written = [json_path]
+    for load in demo.loads:
+        plot_path = config.out / f"ttft-{load.rate:.2f}.png"
+        title = f"tiny Qwen2-VL on CPU via Triton, {config.mix} at {load.name}"
+        plot_ttft_cdf(load.records(), plot_path, title)
+        written.append(plot_path)
+    return written
+
+
+def _ratio(value: float | None, baseline: float | None) -> str:
+    return "-" if value is None or not baseline else f"{value / baseline:.2f}x"
 
 
 def _seconds(value: float | None) -> str:

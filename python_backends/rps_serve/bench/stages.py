@@ -31,3 +31,23 @@ def stage_breakdown(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str
         engine = None if total is None or queued is None or work is None else total - queued - work
         breakdown[cls.label] = {"requests": requests, **means, "engine_s": engine}
     return breakdown
+
+
+def pooled_stages(runs: list[dict[str, dict[str, float | None]]]) -> dict[str, dict[str, float | None]]:
+    """Several runs' `stage_breakdown`s as one: per class, the requests summed and each stage's mean
+    weighted by them."""
+    pooled: dict[str, dict[str, float | None]] = {}
+    for cls in RequestClass:
+        parts = [run[cls.label] for run in runs if run.get(cls.label, {}).get("requests")]
+        requests = sum(float(part["requests"] or 0) for part in parts)
+        means: dict[str, float | None] = {}
+        for stage in (*_STAGES, "engine_s"):
+            known = [part for part in parts if part[stage] is not None]
+            weight = sum(float(part["requests"] or 0) for part in known)
+            means[stage] = (
+                sum(float(part[stage] or 0) * float(part["requests"] or 0) for part in known) / weight
+                if weight
+                else None
+            )
+        pooled[cls.label] = {"requests": requests, **means}
+    return pooled

@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,11 @@ class Tally:
     refused: int
     failed: int
     lost: int
+
+    @classmethod
+    def total(cls, tallies: Sequence[Tally]) -> Tally:
+        """Several streams' tallies added up."""
+        return cls(*(sum(getattr(t, f.name) for t in tallies) for f in fields(cls)))
 
     def __str__(self) -> str:
         return (

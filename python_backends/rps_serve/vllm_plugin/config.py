@@ -19,13 +19,15 @@ class RPSConfig:
     `cost_model` is a model repository holding the ONNX Impact Estimator and Request Classifier
     (`rps-serve train --out`); without it the engine classifies by modality (the naive classifier).
     `naive` forces the naive classifier even with a cost model (the ablation). `chunk_cap_tokens`
-    caps prefill chunks while a lighter class waits behind a heavier prefill (0 disables).
+    caps prefill chunks while a lighter class waits behind a heavier prefill; 0 (the default) disables
+    it: through Triton on the CPU stack a 256-token cap tripled the time per output token and doubled
+    text TTFT (docs/results/2026-12-01.md).
     """
 
     policy: Policy = Policy.RPS
     cost_model: str | None = None
     naive: bool = False
-    chunk_cap_tokens: int = 256
+    chunk_cap_tokens: int = 0
     max_preemptions: int = 2
 
     def to_additional_config(self) -> dict[str, Any]:

@@ -124,7 +124,7 @@ class _RPSMixin(Scheduler):
         super()._preempt_request(request, *args, **kwargs)
 
     def _prefill_cap(self) -> int:
-        if self.rps.policy is Policy.FCFS or not self.waiting:
+        if self.rps.policy is Policy.FCFS or not self.rps.chunk_cap_tokens or not self.waiting:
             return 0
         prefilling = (
             self.waiting.level(r) for r in self.running if r.num_computed_tokens < r.num_prompt_tokens
