@@ -8,7 +8,7 @@ TINY_MODEL := build/tiny-qwen2-vl
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model model-repository demo serve simulate test lint bench experiments ab soak perf fidelity clean
+.PHONY: setup tiny-model model-repository demo serve simulate test test-fast lint microbench bench compare experiments ab soak perf fidelity clean
 
 setup: $(VENV)/.installed
 
@@ -33,7 +33,7 @@ $(TINY_MODEL)/config.json: | setup
 
 # The ONNX cost models of the repository (git-ignored build outputs), fitted to the served model on this
 # machine: isolated runs of the tiny model (about 2 minutes), written aside and moved into place when
-# complete, then k-means on them. (`rps-serve train --model llava-onevision-qwen2-7b` fits the published
+# complete, then k-means on them. (`rps-serve train --reference llava-onevision-qwen2-7b` fits the published
 # H100 reference instead, as the tests' servers and the GPU configs do.)
 PROFILE := build/profile/tiny-qwen2-vl.jsonl
 $(PROFILE): $(TINY_MODEL)/config.json
@@ -56,7 +56,7 @@ serve: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve serve
 
 simulate: setup
-	$(BIN)/rps-serve train --model llava-onevision-qwen2-7b --out $(OUT)/model_repository
+	$(BIN)/rps-serve train --reference llava-onevision-qwen2-7b --out $(OUT)/model_repository
 	$(BIN)/rps-serve classify --repository $(OUT)/model_repository \
 		text:120 text:1800 image:2980:2916 video:1620:1568 video:6320:6272
 	$(BIN)/rps-serve simulate --profile llava-onevision-qwen2-7b --gpus 1 --mix mixed-iii --rate 14 \
@@ -67,13 +67,24 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Everything, the end-to-end tests on a real tritonserver and vLLM engine included (what CI runs).
 test: lint
 	$(BIN)/pytest
 
-bench: setup
+# The unit tier only: no tritonserver, no vLLM engine.
+test-fast: setup
+	$(BIN)/pytest -m "not e2e" -q
+
+# Micro-benchmarks of the policy core, the cost model and the simulator (`bench`: the old name, kept for now).
+microbench bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_scheduling
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_cost_model
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
+
+# The product through Triton: FCFS, vLLM priority and RPS on fresh servers at 60% and 90% of the capacity
+# measured first, 3 interleaved repeats pooled (about 50 minutes on 2 cores).
+compare: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/rps-serve --verbose demo --load-fraction 0.6,0.9 --repeats 3 --out $(OUT)/compare
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.
@@ -94,7 +105,7 @@ soak: $(TINY_MODEL)/config.json $(ONNX)
 # NVIDIA perf_analyzer (the binary from the tritonclient 2.51 wheel) against the local server's ensemble.
 perf: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve perf-inputs --out $(OUT)/perf/inputs
-	$(BIN)/python benchmarks/perf_analyzer.py --inputs $(OUT)/perf/inputs --out $(OUT)/perf --concurrency 1:3:1
+	$(BIN)/python benchmarks/perf_sweep.py --inputs $(OUT)/perf/inputs --out $(OUT)/perf --concurrency 1:3:1
 
 # Simulator vs real server on one trace under FCFS and RPS (about 10 minutes on 2 cores).
 fidelity: setup $(TINY_MODEL)/config.json $(ONNX)

@@ -22,6 +22,7 @@ from rps_serve.sim.hardware import tp_speedup
 from rps_serve.sim.plots import plot_latency_vs_load
 from rps_serve.sim.run import SimulationConfig, prepare, run_policy, run_simulation
 from rps_serve.sim.starvation import SustainedSand, run_sustained_sand
+from rps_serve.workload.source import SyntheticWorkload
 
 SMALL = "llava-onevision-qwen2-7b"
 LARGE = "llava-onevision-qwen2-72b"
@@ -63,9 +64,18 @@ class Experiments:
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
 
-    def _run(self, policies: Sequence[str], **config: Any) -> dict[str, Any]:
-        merged = {"profile": SMALL, "gpus": 1, "mix": "mixed-iii", "requests": self.requests, **config}
-        report, _ = run_simulation(SimulationConfig(**merged), policies)
+    def _run(
+        self,
+        policies: Sequence[str],
+        rate: float,
+        mix: str = "mixed-iii",
+        seed: int = 0,
+        profile: str = SMALL,
+        gpus: int = 1,
+        classes: int = 3,
+    ) -> dict[str, Any]:
+        workload = SyntheticWorkload(mix, rate, self.requests, seed)
+        report, _ = run_simulation(SimulationConfig(profile, gpus, workload, seed, classes), policies)
         return report
 
     def _table(self, name: str, runs: list[tuple[str, dict[str, Any]]]) -> None:
@@ -100,7 +110,9 @@ class Experiments:
             " | final step |\n|---|---|---:|---:|---:|---:|---:|"
         )
         for seed in SEEDS:
-            config = SimulationConfig(SMALL, 1, "mixed-iii", RATE_1GPU, self.requests, seed)
+            config = SimulationConfig(
+                SMALL, 1, SyntheticWorkload("mixed-iii", RATE_1GPU, self.requests, seed), seed
+            )
             setup = prepare(config)
             for policy in ("fcfs", "rps"):
                 steps: list[StepRecord] = []

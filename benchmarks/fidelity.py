@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.bench.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
+from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.profiler.plan import ProfilePlan
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality

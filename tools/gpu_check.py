@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rps_serve.bench.demo import ttft_table
-from rps_serve.bench.replay import build_requests, replay, warm_up
+from rps_serve.loadtest.demo import ttft_table
+from rps_serve.loadtest.replay import build_requests, replay, warm_up
 from rps_serve.metrics import RequestRecords
 from rps_serve.tiny_model import SPEC_FILE, TinyModelSpec
 from rps_serve.workload.content import ContentLimits

@@ -149,3 +149,33 @@ def slo_metrics(
             },
         }
     return report
+
+
+def policy_table(report: dict[str, Any]) -> str:
+    """One row per policy of a report in `rps-serve simulate`'s JSON shape (simulate, ab): TTFT by
+    modality, normalized latency, and utilization and preemptions where the report has them."""
+    lines = [
+        f"{'policy':<14} {'text p90':>9} {'text p99':>9} {'text mean':>9} {'image mean':>10}"
+        f" {'video mean':>10} {'norm mean':>9} {'util':>5} {'done':>6} {'preempt':>7}"
+    ]
+    for policy, result in report["results"].items():
+        ttft = {m: result["by_modality"][m]["ttft"] for m in ("text", "image", "video")}
+        cells = [
+            ttft["text"]["p90"],
+            ttft["text"]["p99"],
+            ttft["text"]["mean"],
+            ttft["image"]["mean"],
+            ttft["video"]["mean"],
+        ]
+        shown = " ".join(
+            f"{'-' if v is None else f'{v:.3f}':>{w}}" for v, w in zip(cells, (9, 9, 9, 10, 10), strict=True)
+        )
+        # A real engine reports no utilization or preemption count here (they live in the engine core).
+        utilization = f"{result['utilization']:5.2f}" if "utilization" in result else f"{'-':>5}"
+        preemptions = f"{result['preemptions']:7d}" if "preemptions" in result else f"{'-':>7}"
+        lines.append(
+            f"{policy:<14} {shown} {result['overall']['norm_latency']['mean']:9.4f}"
+            f" {utilization} {result['completed']:6d} {preemptions}"
+        )
+    lines.append("TTFT and normalized latency (s per output token) in seconds")
+    return "\n".join(lines)

@@ -13,7 +13,9 @@ from rps_serve.requests import Modality
 
 def test_train_from_reference_writes_repository_and_report(tmp_path: Path) -> None:
     assert (
-        main(["train", "--model", "llava-onevision-qwen2-7b", "--out", str(tmp_path), "--per-kind", "100"])
+        main(
+            ["train", "--reference", "llava-onevision-qwen2-7b", "--out", str(tmp_path), "--per-kind", "100"]
+        )
         == 0
     )
     report = json.loads((tmp_path / "cost_model_report.json").read_text())

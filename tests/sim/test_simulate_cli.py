@@ -10,6 +10,7 @@ import pytest
 
 from rps_serve.cli import main
 from rps_serve.sim.run import SimulationConfig, prepare, run_policy
+from rps_serve.workload.source import SyntheticWorkload
 from rps_serve.workload.trace import read_trace
 
 STATS = {"mean", "p50", "p90", "p95", "p99"}
@@ -71,9 +72,31 @@ def test_trace_command_writes_a_replayable_trace(tmp_path: Path) -> None:
     assert len(trace) == 50 and np.all(np.diff(trace.arrival_s) >= 0)
 
 
+def test_simulate_plots_a_trace_file(tmp_path: Path) -> None:
+    trace_file, out, plot = tmp_path / "trace.jsonl", tmp_path / "sim.json", tmp_path / "ttft.png"
+    assert main(["trace", "--rate", "3", "--requests", "40", "--seed", "2", "--out", str(trace_file)]) == 0
+    argv = ["simulate", "--trace", str(trace_file), "--json", str(out), "--plot", str(plot)]
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["config"]["trace"] == str(trace_file) and "rate" not in report["config"]
+    assert report["results"]["fcfs"]["completed"] == 40
+    assert plot.stat().st_size > 0
+
+
+@pytest.mark.parametrize("synthetic", [["--rate", "2"], ["--mix", "mixed-v"], ["--requests", "9"]])
+def test_a_trace_and_a_synthetic_workload_are_refused_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], synthetic: list[str]
+) -> None:
+    trace_file, out = tmp_path / "trace.jsonl", tmp_path / "sim.json"
+    assert main(["trace", "--rate", "3", "--requests", "20", "--out", str(trace_file)]) == 0
+    assert main(["simulate", "--trace", str(trace_file), *synthetic, "--json", str(out)]) == 2
+    assert f"--trace replaces {synthetic[0]}" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_modserve_moves_encoding_off_the_llm_gpus() -> None:
     setup = prepare(
-        SimulationConfig("llava-onevision-qwen2-7b", gpus=2, mix="mixed-v", rate=2.0, requests=120)
+        SimulationConfig("llava-onevision-qwen2-7b", gpus=2, workload=SyntheticWorkload("mixed-v", 2.0, 120))
     )
     colocated = run_policy(setup, "fcfs")
     modserve = run_policy(setup, "modserve")
@@ -84,7 +107,7 @@ def test_modserve_moves_encoding_off_the_llm_gpus() -> None:
 
 def test_modserve_needs_two_gpus() -> None:
     setup = prepare(
-        SimulationConfig("llava-onevision-qwen2-7b", gpus=1, mix="mixed-v", rate=2.0, requests=10)
+        SimulationConfig("llava-onevision-qwen2-7b", gpus=1, workload=SyntheticWorkload("mixed-v", 2.0, 10))
     )
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         run_policy(setup, "modserve")

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,9 +18,11 @@ import numpy as np
 import pytest
 
 from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.loadtest.server_stats import MetricsSnapshot, scrape
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
-from rps_serve.triton.client import Generation, encode_image, encode_video
+from rps_serve.triton import protocol as p
+from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_image, encode_video
 from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
 from rps_serve.triton.server import Endpoints, local_server
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
@@ -105,3 +110,76 @@ class Requests:
 @pytest.fixture(scope="module")
 def requests() -> Requests:
     return Requests()
+
+
+ENSEMBLE, VLLM_MODEL = "rps_ensemble", "vllm_model"
+MODELS = [ENSEMBLE, VLLM_MODEL]
+
+
+def run(
+    server: Server, model: str, request: Generation | dict[str, np.ndarray], timeout_s: float = 300
+) -> StreamResult:
+    """One request (a generation, or raw input tensors) on a stream of its own, so a stream error is
+    its error; waits for its final response or error."""
+    tensors = request.tensors() if isinstance(request, Generation) else request
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        client.submit(model, "r", tensors)
+        result = client.wait("r", timeout_s)
+        if result.error is None and client.unattributed_errors:
+            result.error = client.unattributed_errors[0]
+        return result
+    finally:
+        client.close()
+
+
+def generate(server: Server, model: str, generation: Generation) -> tuple[int, str]:
+    """A non-streamed request over HTTP `generate`, whose status code says which kind of error it got."""
+    body: dict[str, object] = {
+        p.TEXT_INPUT: generation.prompt,
+        p.STREAM: False,
+        p.EXCLUDE_INPUT_IN_OUTPUT: True,
+        p.SAMPLING_PARAMETERS: json.dumps(dict(generation.sampling_parameters)),
+    }
+    tensors = generation.tensors()
+    if p.IMAGE in tensors:
+        body[p.IMAGE] = [item.decode() for item in tensors[p.IMAGE]]
+    if p.VIDEO in tensors:
+        body[p.VIDEO] = tensors[p.VIDEO][0].decode()
+    request = urllib.request.Request(
+        f"http://{server.endpoints.http_url}/v2/models/{model}/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=300) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def metrics(server: Server) -> MetricsSnapshot:
+    return scrape(server.endpoints.metrics_url)
+
+
+def wait_drained(server: Server, timeout_s: float = 180) -> MetricsSnapshot:
+    """Metrics once no request is left in the engine or in Triton; fails after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = metrics(server)
+        left = {
+            "queue": now.total("rps_queue_depth", model=VLLM_MODEL),
+            "kv": now.total("rps_kv_cache_usage", model=VLLM_MODEL),
+            "pending": now.total("nv_inference_pending_request_count"),
+        }
+        if not any(left.values()):
+            return now
+        assert time.monotonic() < deadline, f"not drained: {left}"
+        time.sleep(0.5)
+
+
+def serves(server: Server, requests: Requests) -> None:
+    for model in MODELS:
+        result = run(server, model, requests.make(Modality.IMAGE, max_tokens=4))
+        assert result.error is None, (model, result.error)
+        assert result.text

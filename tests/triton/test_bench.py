@@ -8,15 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.bench.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
-from rps_serve.bench.perf_inputs import perf_input_files
 from rps_serve.cli import main
+from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
+from rps_serve.loadtest.perf_inputs import perf_input_files
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.server import REPO_ROOT
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, write_trace
 from tests.triton.conftest import Server
+
+pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
 
 STATS = {"mean", "p50", "p90", "p95", "p99"}
 METRICS = {"ttft", "tpot", "e2e", "norm_latency"}

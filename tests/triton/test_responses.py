@@ -24,9 +24,11 @@ from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient, infer_inputs
 from rps_serve.workload.prompts import chat_prompt, filler_text
-from tests.triton.conftest import Requests, Server, start_server
+from tests.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, start_server
 
-ENSEMBLE, VLLM_MODEL, PREPROCESS = "rps_ensemble", "vllm_model", "preprocess"
+pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+
+PREPROCESS = "preprocess"
 
 CHECKED_MODEL = '''
 import json

@@ -1,6 +1,7 @@
 """Nothing that can execute code is loaded at serve time: the model repository, the ONNX Runtime
 stand-in and every rps_serve module they import (the RPS scheduler that vLLM's engine core imports
-included) load ONNX, JSON and request bytes only. (test_reliability checks the served model's files.)"""
+included) load ONNX, JSON and request bytes only. (reliability/test_limits.py checks the served
+model's files.)"""
 
 from __future__ import annotations
 

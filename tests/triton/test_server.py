@@ -11,26 +11,17 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from rps_serve.bench.server_stats import scrape
 from rps_serve.cost import features as cols
+from rps_serve.loadtest.server_stats import scrape
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
-from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_video, infer_inputs
+from rps_serve.triton.client import Generation, StreamClient, encode_video, infer_inputs
 from rps_serve.workload.media import random_video
-from tests.triton.conftest import SPEC, Requests, Server
+from tests.triton.conftest import ENSEMBLE, SPEC, Requests, Server, run
 
-ENSEMBLE = "rps_ensemble"
+pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+
 LABELS = {c.label for c in RequestClass}
 PLACEHOLDERS = {Modality.TEXT: 0, Modality.IMAGE: SPEC.image_tokens, Modality.VIDEO: SPEC.video_tokens}
-
-
-def run(server: Server, model: str, generation: Generation) -> StreamResult:
-    """Send one request on a stream of its own and wait for its final response or error."""
-    client = StreamClient(server.endpoints.grpc_url)
-    try:
-        client.submit(model, "r", generation.tensors())
-        return client.wait("r")
-    finally:
-        client.close()
 
 
 def preprocess_features(server: Server, generation: Generation) -> np.ndarray:

@@ -22,6 +22,8 @@ from rps_serve.vllm_plugin.queue import ClassRequestQueue
 from rps_serve.vllm_plugin.scheduler import RPSScheduler
 from tests.vllm_plugin.conftest import Driver, make_engine, scheduler_of
 
+pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+
 
 @pytest.fixture(scope="module")
 def engine(tiny_model: Path) -> Iterator[Any]:

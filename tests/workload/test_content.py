@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rps_serve.bench.replay import build_requests as triton_requests
+from rps_serve.engine_ab.async_llm_replay import build_requests as engine_requests
+from rps_serve.loadtest.replay import build_requests as triton_requests
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import ClassLabeler
-from rps_serve.vllm_plugin.replay import build_requests as engine_requests
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import Trace, generate_trace

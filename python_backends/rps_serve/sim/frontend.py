@@ -1,7 +1,9 @@
 """Stages before the engine: front-end preprocessing and, in ModServe mode, encoder GPUs.
 
-Both are first-come-first-served pools of identical workers: a request starts on the first free
-worker once it is ready, in arrival order, whatever its class.
+Both are pools of identical workers; a free worker takes the next ready request. The encoder GPUs
+and the stock policies' front end take requests in arrival order. Under the class-aware policies the
+front end takes them in order of (class level, arrival), as `vllm_model`'s front-end workers decode
+and render (`triton.front_end`): a text never queues behind media waiting for a worker.
 
 Preprocessing costs are assumptions (no profile records them): tokenizing and templating text,
 decoding and resizing an image into its anyres tiles, extracting and resizing video frames, at
@@ -44,21 +46,33 @@ class PreprocessCosts:
         return np.asarray(text + media)
 
 
-def fifo_pool(ready_s: np.ndarray, service_s: np.ndarray, workers: int) -> tuple[np.ndarray, float]:
-    """Finish time of every job on `workers` FCFS workers, and the pool's total busy seconds.
+def worker_pool(
+    ready_s: np.ndarray, service_s: np.ndarray, workers: int, levels: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
+    """Finish time of every job on `workers` workers, and the pool's total busy seconds.
 
-    Jobs are served in order of `ready_s` (ties by index); a job with zero service passes straight through.
+    A free worker takes, among the jobs ready by then, the one of lowest level (when `levels` is
+    given), then earliest ready, then lowest index; a job with zero service passes straight through.
     """
     if workers < 1:
         raise ValueError(f"need at least one worker, got {workers}")
     done = np.array(ready_s, dtype=np.float64)
+    service = np.asarray(service_s, dtype=np.float64)
+    ready_list, service_list = done.tolist(), service.tolist()
+    level_list = [0] * len(done) if levels is None else np.asarray(levels).tolist()
+    arrivals = [i for i in np.argsort(done, kind="stable").tolist() if service_list[i] > 0.0]
     free_at = [0.0] * workers
-    ready_list = done.tolist()
-    service_list = np.asarray(service_s, dtype=np.float64).tolist()
-    for i in np.argsort(done, kind="stable").tolist():
-        if service_list[i] <= 0.0:
-            continue
-        start = max(ready_list[i], heapq.heappop(free_at))
-        done[i] = start + service_list[i]
-        heapq.heappush(free_at, float(done[i]))
-    return done, float(np.sum(service_s))
+    waiting: list[tuple[int, float, int]] = []
+    next_arrival = 0
+    while next_arrival < len(arrivals) or waiting:
+        now = heapq.heappop(free_at)
+        if not waiting:
+            now = max(now, ready_list[arrivals[next_arrival]])
+        while next_arrival < len(arrivals) and ready_list[arrivals[next_arrival]] <= now:
+            job = arrivals[next_arrival]
+            heapq.heappush(waiting, (level_list[job], ready_list[job], job))
+            next_arrival += 1
+        _, _, job = heapq.heappop(waiting)
+        done[job] = now + service_list[job]
+        heapq.heappush(free_at, float(done[job]))
+    return done, float(np.sum(service))

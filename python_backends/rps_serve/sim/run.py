@@ -24,8 +24,8 @@ from rps_serve.sim.hardware import model_spec
 from rps_serve.sim.measured import is_measured_profile, read_measured_profile, with_chunk_cap
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
 from rps_serve.sim.timing import fit_lines
-from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.trace import Trace, generate_trace, read_trace
+from rps_serve.workload.source import Workload
+from rps_serve.workload.trace import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -38,20 +38,17 @@ class SimulationConfig:
 
     `profile` is a reference model name, a JSONL profile file or a measured profile (`.json`,
     `sim.measured`); a JSONL file is taken as measured on `profile_gpus` GPUs with the sizes of
-    `model` (KV bytes per token, weights). `trace` (a JSONL file) replaces mix/rate/requests/burst_cv.
+    `reference` (KV bytes per token, weights). `seed` drives the reference profile's records and the
+    classifier's k-means; the workload has its own.
     """
 
     profile: str
     gpus: int
-    mix: str
-    rate: float
-    requests: int
+    workload: Workload
     seed: int = 0
     classes: int = 3
-    burst_cv: float | None = None
-    model: str = "llava-onevision-qwen2-7b"
+    reference: str = "llava-onevision-qwen2-7b"
     profile_gpus: int = 1
-    trace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +76,9 @@ def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]
             f"{path} is neither a profile file nor a reference model ({', '.join(reference_model_names())})"
         )
     records = list(read_records(path))
-    deployment = Deployment(model_spec(config.model), config.gpus, fit_lines(records), config.profile_gpus)
+    deployment = Deployment(
+        model_spec(config.reference), config.gpus, fit_lines(records), config.profile_gpus
+    )
     return deployment, records
 
 
@@ -95,12 +94,7 @@ def class_levels(trace: Trace, model: CostModel) -> np.ndarray:
 def prepare(config: SimulationConfig) -> SimulationSetup:
     deployment, records = _profile(config)
     model = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
-    if config.trace is not None:
-        trace = read_trace(Path(config.trace))
-    else:
-        trace = generate_trace(
-            mix_by_name(config.mix), config.rate, config.requests, config.seed, config.burst_cv
-        )
+    trace = config.workload.trace()
     naive = np.array([naive_level(m) for m in Modality])[trace.modality]
     return SimulationSetup(deployment, trace, class_levels(trace, model), naive, config.classes)
 
@@ -154,7 +148,8 @@ def run_simulation(
         results[name] = policy_result(outcomes[name], slo)
     report = {
         "config": {
-            **asdict(config),
+            **{k: v for k, v in asdict(config).items() if k != "workload"},
+            **config.workload.to_json(),
             "policies": list(policies),
             "kv_capacity_tokens": setup.deployment.engine_config(setup.deployment.gpus).kv_capacity_tokens,
             "max_num_batched_tokens": setup.deployment.max_num_batched_tokens,

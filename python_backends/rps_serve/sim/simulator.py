@@ -15,7 +15,7 @@ from rps_serve.scheduling.preemption import PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
-from rps_serve.sim.frontend import PreprocessCosts, fifo_pool
+from rps_serve.sim.frontend import PreprocessCosts, worker_pool
 from rps_serve.sim.hardware import GpuSpec, ModelSpec, kv_capacity_tokens
 from rps_serve.sim.timing import TimingModel, timing_from_lines
 from rps_serve.workload.trace import Trace
@@ -126,15 +126,16 @@ def simulate(
     encoder_gpus, llm_gpus = deployment.layout(variant.modserve)
     timing = deployment.timing(llm_gpus)
     prep = deployment.preprocess
-    preprocessed, _ = fifo_pool(
+    preprocessed, _ = worker_pool(
         trace.arrival_s,
         prep.seconds(trace.modality, trace.prompt_tokens, trace.modality_tokens),
         prep.workers,
+        levels=None if variant.policy.is_stock else levels,
     )
     encoder_busy = 0.0
     if variant.modserve:
         remote = deployment.timing(1).encoder_s(trace.modality, trace.modality_tokens)
-        ready, encoder_busy = fifo_pool(preprocessed, remote, encoder_gpus)
+        ready, encoder_busy = worker_pool(preprocessed, remote, encoder_gpus)
         local = np.zeros(len(trace))
     else:
         ready, local = preprocessed, timing.encoder_s(trace.modality, trace.modality_tokens)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rps_serve.bench.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
+from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
 from rps_serve.requests import Modality
 from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
 from rps_serve.triton.server import local_server

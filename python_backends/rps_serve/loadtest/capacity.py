@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import count
 
-from rps_serve.bench.replay import ENSEMBLE, drain_allowance_s, generation
+from rps_serve.loadtest.replay import ENSEMBLE, drain_allowance_s, generation
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.workload.content import ContentLimits, plan_content

@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rps_serve.bench.gpu import GpuSampler
-from rps_serve.bench.replay import build_requests, drain_allowance_s, one_at_a_time, replay, warm_up
-from rps_serve.bench.server_stats import scrape
-from rps_serve.bench.stages import stage_breakdown
+from rps_serve.loadtest.gpu import GpuSampler
+from rps_serve.loadtest.replay import build_requests, drain_allowance_s, one_at_a_time, replay, warm_up
+from rps_serve.loadtest.server_stats import scrape
+from rps_serve.loadtest.stages import stage_breakdown
 from rps_serve.metrics import RequestRecords, grouped_metrics, slo_metrics
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Tally
 from rps_serve.workload.content import ContentLimits
-from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.trace import Trace, generate_trace, read_trace
+from rps_serve.workload.source import SyntheticWorkload, Workload
+from rps_serve.workload.trace import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -38,21 +38,17 @@ WARM_UP_SEED_OFFSET = 7919
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """One load run. `trace` (a JSONL file) replaces mix/rate/requests/burst_cv when given.
+    """One load run of `workload` against the server at `url`.
 
     `model` is the served model's directory: the client sizes images and videos to it. `seed` drives
-    the trace and the content (filler text, pixels). `isolated` requests per modality set the SLOs
-    unless `slo` names a JSON file {"text": s, "image": s, "video": s}.
+    the content (filler text, pixels). `isolated` requests per modality set the SLOs unless `slo`
+    names a JSON file {"text": s, "image": s, "video": s}.
     """
 
     url: str
     model: Path
-    mix: str = "mixed-iii"
-    rate: float = 2.0
-    requests: int = 100
+    workload: Workload = field(default_factory=SyntheticWorkload)
     seed: int = 0
-    burst_cv: float | None = None
-    trace: Path | None = None
     label: str = "server"
     max_text_tokens: int = 4096
     max_output_tokens: int | None = None
@@ -64,11 +60,6 @@ class BenchConfig:
     @property
     def limits(self) -> ContentLimits:
         return ContentLimits(self.max_text_tokens, max_output_tokens=self.max_output_tokens)
-
-    def load_trace(self) -> Trace:
-        if self.trace is not None:
-            return read_trace(self.trace)
-        return generate_trace(mix_by_name(self.mix), self.rate, self.requests, self.seed, self.burst_cv)
 
 
 @dataclass(frozen=True)
@@ -124,7 +115,7 @@ def subset_trace(trace: Trace, rows: np.ndarray) -> Trace:
 def run_bench(config: BenchConfig) -> BenchRun:
     """Warm up, take the SLOs, replay the trace and summarize it (see the module docstring)."""
     media = TinyModelSpec.load(config.model)
-    trace = config.load_trace()
+    trace = config.workload.trace()
     warm_up(config.url, media, config.seed + WARM_UP_SEED_OFFSET)
     isolated = None
     if config.slo is not None:
@@ -181,7 +172,10 @@ def bench_report(
     makespan = (
         float(np.nanmax(records.finish_s) - np.nanmin(records.arrival_s)) if records.completed.any() else 0.0
     )
-    settings: dict[str, Any] = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    settings: dict[str, Any] = {
+        k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items() if k != "workload"
+    }
+    settings.update(config.workload.to_json())
     settings["isolated_p99_ttft_s"] = {m.value: v for m, v in slo.items()}
     if isolated is not None:
         settings["isolated_runs"] = {

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rps_serve.bench.capacity import Capacity, measure_capacity, request_stream
-from rps_serve.bench.load import BenchConfig, BenchRun, run_bench
-from rps_serve.bench.stages import pooled_stages
+from rps_serve.loadtest.capacity import Capacity, measure_capacity, request_stream
+from rps_serve.loadtest.load import BenchConfig, BenchRun, run_bench
+from rps_serve.loadtest.stages import pooled_stages
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
@@ -29,6 +29,7 @@ from rps_serve.triton.server import local_server
 from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
+from rps_serve.workload.source import SyntheticWorkload
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +132,7 @@ def _bench_config(config: DemoConfig, endpoints: Any, policy: str, rate: float, 
     return BenchConfig(
         url=endpoints.grpc_url,
         model=config.model,
-        mix=config.mix,
-        rate=rate,
-        requests=config.requests,
+        workload=SyntheticWorkload(config.mix, rate, config.requests, seed),
         seed=seed,
         label=policy,
         max_text_tokens=DEMO_CONTENT.max_text_tokens,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rps_serve.bench.gpu import GpuSampler, time_average
+from rps_serve.loadtest.gpu import GpuSampler, time_average
 
 
 def test_time_average_weights_values_by_the_time_they_held() -> None:

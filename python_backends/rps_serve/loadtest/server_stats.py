@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import os
-import re
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? ([-+0-9.eEinfINFaN]+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
-    """The samples of one scrape: (name, labels) -> value."""
+    """The samples of one scrape: (name, labels) -> value. Counter samples are named as
+    prometheus_client's parser names them: ending in `_total`, which it adds where a name lacks it
+    (Triton's own `nv_inference_count` reads `nv_inference_count_total`)."""
 
     samples: dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -33,12 +32,13 @@ class MetricsSnapshot:
 def scrape(metrics_url: str, timeout_s: float = 10.0) -> MetricsSnapshot:
     with urllib.request.urlopen(metrics_url, timeout=timeout_s) as reply:
         text = reply.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if (match := _SAMPLE.match(line)) is not None:
-            labels = frozenset(_LABEL.findall(match[2] or ""))
-            samples[(match[1], labels)] = float(match[3])
-    return MetricsSnapshot(samples)
+    return MetricsSnapshot(
+        {
+            (sample.name, frozenset(sample.labels.items())): float(sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+    )
 
 
 def server_process(grpc_port: int) -> psutil.Process:

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.bench.capacity import measure_capacity, request_stream
-from rps_serve.bench.replay import ENSEMBLE
-from rps_serve.bench.server_stats import (
+from rps_serve.loadtest.capacity import measure_capacity, request_stream
+from rps_serve.loadtest.replay import ENSEMBLE
+from rps_serve.loadtest.server_stats import (
     MetricsSnapshot,
     backend_shm_bytes,
     scrape,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from itertools import islice
 
-from rps_serve.bench.capacity import request_stream
-from rps_serve.bench.soak import SOAK_CONTENT
+from rps_serve.loadtest.capacity import request_stream
+from rps_serve.loadtest.soak import SOAK_CONTENT
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation
 

@@ -9,15 +9,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rps_serve.engine_ab.async_llm_replay import build_requests, replay
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.engine import engine_args
-from rps_serve.vllm_plugin.replay import build_requests, replay
 from rps_serve.workload.content import ContentLimits
-from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.trace import generate_trace
+from rps_serve.workload.source import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +26,10 @@ class ABConfig:
     """One A/B experiment. Engine settings follow the CPU calibration runs (2,048-token steps)."""
 
     model: Path
-    mix: str
-    rate: float
-    requests: int
+    workload: Workload
     policies: tuple[Policy, ...]
     repeats: int = 3
-    seed: int = 0
-    burst_cv: float | None = None
+    seed: int = 0  # of the content (fresh text and pixels per run)
     cost_model: Path | None = None
     max_num_batched_tokens: int = 2048
     max_model_len: int = 8192
@@ -66,9 +62,7 @@ def run_ab(config: ABConfig) -> dict[str, Any]:
     fresh prompts and media per run; results pooled per policy, in `rps-serve simulate`'s JSON shape."""
     media = TinyModelSpec.load(config.model)
     labeler = ClassLabeler(config.cost_model)
-    trace = generate_trace(
-        mix_by_name(config.mix), config.rate, config.requests, config.seed, config.burst_cv
-    )
+    trace = config.workload.trace()
     runs: dict[Policy, list[RequestRecords]] = {p: [] for p in config.policies}
     for repeat in range(config.repeats):
         for index, policy in enumerate(config.policies):
@@ -91,7 +85,10 @@ def run_ab(config: ABConfig) -> dict[str, Any]:
             "requests": len(pooled.arrival_s),
             "runs": len(policy_runs),
         }
-    settings = {**asdict(config), "model": str(config.model), "policies": [p.value for p in config.policies]}
+    settings = {k: v for k, v in asdict(config).items() if k != "workload"}
+    settings.update(
+        config.workload.to_json(), model=str(config.model), policies=[p.value for p in config.policies]
+    )
     settings["cost_model"] = str(config.cost_model) if config.cost_model else None
     settings["media"] = asdict(media)
     return {"config": settings, "results": results}

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.bench.perf_inputs import perf_input_data
 from rps_serve.cli import main
+from rps_serve.loadtest.perf_inputs import perf_input_data
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation

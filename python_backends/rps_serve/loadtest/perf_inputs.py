@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.bench.replay import build_requests
+from rps_serve.loadtest.replay import build_requests
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation

@@ -5,7 +5,7 @@ the engine (its queue and prefill, and vLLM's own input processing where vLLM re
 
 from __future__ import annotations
 
-from rps_serve.bench.server_stats import MetricsSnapshot
+from rps_serve.loadtest.server_stats import MetricsSnapshot
 from rps_serve.requests import RequestClass
 
 VLLM_MODEL = "vllm_model"

@@ -1,0 +1,114 @@
+"""Arguments several commands share, declared once: the workload, the local server, policy lists."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rps_serve.cost.training import REPORT_FILE
+from rps_serve.triton.client import Tally
+from rps_serve.workload.mixes import MIXES
+from rps_serve.workload.source import SyntheticWorkload, TraceFile, Workload
+
+DEFAULT_MIX = "mixed-iii"
+_SYNTHETIC = ("mix", "rate", "requests", "burst_cv")
+
+
+def add_workload_arguments(
+    parser: argparse.ArgumentParser, trace: bool = True, default_requests: int = 1000
+) -> None:
+    """A synthetic workload (`--mix/--rate/--requests/--burst-cv`) or, with `trace`, `--trace FILE`;
+    `workload` builds it and refuses both at once. `--seed` also drives what else the command draws."""
+    group = parser.add_argument_group("workload" + (" (synthetic, or --trace)" if trace else ""))
+    group.add_argument("--mix", choices=list(MIXES), help=f"request-kind mix (default {DEFAULT_MIX})")
+    group.add_argument("--rate", type=float, help="mean arrival rate, requests per second")
+    group.add_argument("--requests", type=int, help=f"number of requests (default {default_requests})")
+    group.add_argument(
+        "--burst-cv", type=float, help="Gamma arrivals with this coefficient of variation instead of Poisson"
+    )
+    if trace:
+        group.add_argument("--trace", type=Path, help="the requests of this trace file (rps-serve trace)")
+    group.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(default_requests=default_requests)
+
+
+def workload(args: argparse.Namespace) -> Workload:
+    """The workload `add_workload_arguments` described: a trace file, or a mix at a rate."""
+    path = getattr(args, "trace", None)
+    if path is not None:
+        given = [f"--{name.replace('_', '-')}" for name in _SYNTHETIC if getattr(args, name) is not None]
+        if given:
+            raise ValueError(f"--trace replaces {', '.join(given)}: give a trace or a synthetic workload")
+        return TraceFile(path)
+    if args.rate is None:
+        alternative = " or --trace FILE" if hasattr(args, "trace") else ""
+        raise ValueError(f"give --rate (with --mix, --requests){alternative}")
+    return SyntheticWorkload(
+        mix=args.mix or DEFAULT_MIX,
+        rate=args.rate,
+        requests=args.requests if args.requests is not None else args.default_requests,
+        seed=args.seed,
+        burst_cv=args.burst_cv,
+    )
+
+
+def add_local_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `repository_and_model` reads: the repository to serve and the model to run."""
+    parser.add_argument("--repository", type=Path, default=Path("model_repository"), help="model repository")
+    parser.add_argument(
+        "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
+    )
+
+
+def repository_and_model(args: argparse.Namespace) -> Path:
+    """The model a local server runs (`--model`, else the tiny model, built if missing), with the
+    repository's cost models trained if they are missing."""
+    from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
+
+    ensure_cost_models(args.repository)
+    if args.model is not None:
+        return Path(args.model)
+    ensure_tiny_model(TINY_MODEL)
+    return TINY_MODEL
+
+
+def add_policies_argument(parser: argparse.ArgumentParser, default: str, choices: Sequence[str]) -> None:
+    """`--policies a,b,...`, each one of `choices`; `policies` reads it."""
+    parser.add_argument("--policies", default=default, help=f"comma-separated, from {', '.join(choices)}")
+    parser.set_defaults(policy_choices=tuple(choices))
+
+
+def policies(args: argparse.Namespace) -> list[str]:
+    """The policies `add_policies_argument` declared, checked against its choices."""
+    chosen = names(args.policies)
+    unknown = [p for p in chosen if p not in args.policy_choices]
+    if unknown:
+        expected = ", ".join(args.policy_choices)
+        raise ValueError(f"unknown policy {', '.join(map(repr, unknown))}; expected some of {expected}")
+    if not chosen:
+        raise ValueError("--policies names no policy")
+    return chosen
+
+
+def names(value: str) -> list[str]:
+    """The items of a comma-separated list."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def cost_model_source(repository: Path) -> str:
+    """What the repository's cost model was trained on, from its report."""
+    try:
+        return str(json.loads((repository / REPORT_FILE).read_text())["source"])
+    except (OSError, ValueError, KeyError):
+        return "(no report)"
+
+
+def lost_exit_code(tallies: Sequence[Tally]) -> int:
+    """1 (and a message) if any request got no answer: something hung; else 0."""
+    lost = sum(t.lost for t in tallies)
+    if lost:
+        print(f"{lost} requests got no final response before the deadline", file=sys.stderr)
+    return 1 if lost else 0

@@ -1,0 +1,63 @@
+"""`rps-serve simulate`: the vLLM V1 engine simulated at H100 scale under several policies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rps_serve.cli.arguments import add_policies_argument, add_workload_arguments, policies, workload
+from rps_serve.cli.train import add_reference_argument
+from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES
+from rps_serve.metrics import policy_table
+from rps_serve.profiles.reference import reference_model_names
+from rps_serve.sim.run import SimulationConfig, run_simulation
+from rps_serve.sim.simulator import POLICY_VARIANTS
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "simulate", help="simulate the vLLM V1 engine at H100 scale under several policies"
+    )
+    parser.add_argument(
+        "--profile",
+        default="llava-onevision-qwen2-7b",
+        help=f"reference model ({', '.join(reference_model_names())}), a JSONL profile file or a measured"
+        " profile (.json, benchmarks/fidelity.py)",
+    )
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs (tensor parallel; modserve splits them)")
+    add_workload_arguments(parser)
+    add_policies_argument(parser, "fcfs,rps", list(POLICY_VARIANTS))
+    parser.add_argument(
+        "--classes", type=int, default=3, choices=range(MIN_CLASSES, MAX_CLASSES + 1), help="k of k-means"
+    )
+    add_reference_argument(parser, "model sizes (weights, KV per token) for a --profile file")
+    parser.add_argument("--profile-gpus", type=int, default=1, help="GPUs a --profile file was measured on")
+    parser.add_argument("--json", type=Path, required=True, help="where to write the results")
+    parser.add_argument("--plot", type=Path, help="also draw TTFT CDFs per modality and policy (PNG)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = SimulationConfig(
+        profile=args.profile,
+        gpus=args.gpus,
+        workload=workload(args),
+        seed=args.seed,
+        classes=args.classes,
+        reference=args.reference,
+        profile_gpus=args.profile_gpus,
+    )
+    report, outcomes = run_simulation(config, policies(args))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1) + "\n")
+    print(policy_table(report))
+    print(f"wrote {args.json}")
+    if args.plot:
+        from rps_serve.sim.plots import plot_ttft_cdf
+
+        title = f"{args.profile}, {args.gpus} GPU, {config.workload.describe()}"
+        plot_ttft_cdf({name: outcome.records for name, outcome in outcomes.items()}, args.plot, title)
+        print(f"wrote {args.plot}")
+    return 0

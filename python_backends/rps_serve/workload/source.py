@@ -1,0 +1,61 @@
+"""Where a run's requests come from: a synthetic workload (a mix at a rate) or a trace file, never both.
+
+`simulate`, `bench`, `ab` and `trace` take one of these; the command line builds it in one place
+(`rps_serve.cli.arguments.workload`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.trace import Trace, generate_trace, read_trace
+
+
+@dataclass(frozen=True)
+class SyntheticWorkload:
+    """`requests` requests of `mix` arriving at `rate` per second (Poisson, or Gamma with `burst_cv`),
+    drawn with `seed`."""
+
+    mix: str = "mixed-iii"
+    rate: float = 2.0
+    requests: int = 1000
+    seed: int = 0
+    burst_cv: float | None = None
+
+    def __post_init__(self) -> None:
+        mix_by_name(self.mix)  # an unknown mix fails here, not at the first use
+        if self.rate <= 0:
+            raise ValueError(f"the arrival rate must be positive, got {self.rate:g}")
+        if self.requests < 1:
+            raise ValueError(f"need at least one request, got {self.requests}")
+
+    def trace(self) -> Trace:
+        return generate_trace(mix_by_name(self.mix), self.rate, self.requests, self.seed, self.burst_cv)
+
+    def describe(self) -> str:
+        return f"{self.mix} at {self.rate:g} req/s"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """The requests of a trace file (`rps-serve trace`), at its arrival times."""
+
+    path: Path
+
+    def trace(self) -> Trace:
+        return read_trace(self.path)
+
+    def describe(self) -> str:
+        return f"trace {self.path.name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trace": str(self.path)}
+
+
+Workload = SyntheticWorkload | TraceFile

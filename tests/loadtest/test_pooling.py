@@ -1,0 +1,73 @@
+"""Several runs of one policy as one: server-side stages weighted by requests, tallies added up, and
+the ratio table read off the pooled records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rps_serve.loadtest.demo import ratio_table
+from rps_serve.loadtest.stages import pooled_stages
+from rps_serve.metrics import RequestRecords
+from rps_serve.requests import Modality
+from rps_serve.triton.client import Tally
+
+
+def _stages(requests: float, queue: float, work: float, first_token: float) -> dict[str, float | None]:
+    return {
+        "requests": requests,
+        "front_end_queue_s": queue,
+        "front_end_work_s": work,
+        "to_first_token_s": first_token,
+        "engine_s": first_token - queue - work,
+    }
+
+
+def test_stages_are_weighted_by_the_requests_of_each_run() -> None:
+    empty = {
+        "requests": 0.0,
+        **dict.fromkeys(("front_end_queue_s", "front_end_work_s", "to_first_token_s", "engine_s")),
+    }
+    runs = [
+        {"sand": _stages(30, 0.01, 0.02, 0.5), "pebbles": empty, "rocks": empty},
+        {"sand": _stages(10, 0.05, 0.02, 0.9), "pebbles": _stages(4, 0.1, 0.1, 2.0), "rocks": empty},
+    ]
+    pooled = pooled_stages(runs)
+    assert pooled["sand"]["requests"] == 40
+    assert pooled["sand"]["to_first_token_s"] == pytest.approx((30 * 0.5 + 10 * 0.9) / 40)
+    assert pooled["sand"]["front_end_queue_s"] == pytest.approx((30 * 0.01 + 10 * 0.05) / 40)
+    assert pooled["pebbles"]["engine_s"] == pytest.approx(1.8)
+    assert pooled["rocks"] == {
+        "requests": 0.0,
+        **dict.fromkeys(("front_end_queue_s", "front_end_work_s", "to_first_token_s", "engine_s")),
+    }
+
+
+def test_tallies_add_up() -> None:
+    total = Tally.total([Tally(10, 8, 1, 1, 0), Tally(5, 3, 0, 1, 1)])
+    assert total == Tally(15, 11, 1, 2, 1)
+
+
+def _records(text_ttft: list[float], video_ttft: list[float]) -> RequestRecords:
+    ttft = np.array(text_ttft + video_ttft)
+    modality = np.array([Modality.TEXT.index] * len(text_ttft) + [Modality.VIDEO.index] * len(video_ttft))
+    n = len(ttft)
+    return RequestRecords(
+        arrival_s=np.zeros(n),
+        first_token_s=ttft,
+        finish_s=ttft + 1.0,
+        output_tokens=np.full(n, 11),
+        modality=modality,
+        level=np.zeros(n, dtype=int),
+    )
+
+
+def test_the_ratio_table_divides_the_candidate_by_each_baseline() -> None:
+    records = {
+        "fcfs": _records([1.0] * 10, [2.0, 2.0]),
+        "rps": _records([0.5] * 10, [3.0, 3.0]),
+    }
+    table = ratio_table(records, candidate="rps")
+    row = next(line for line in table.splitlines() if line.startswith("rps / fcfs"))
+    assert row.split()[3:] == ["0.50x", "0.50x", "1.50x", "1.00x"]
+    assert ratio_table(records, candidate="edf") == ""
