@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
-from rps_serve.profiler.plan import ProfilePlan
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
@@ -38,6 +37,7 @@ from rps_serve.triton.settings import load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.trace import Trace, read_trace, write_trace
+from rps_serve.workload_profiler.plan import ProfilePlan
 
 CLI = [str(Path(sys.executable).parent / "rps-serve")]
 KV_CACHE_GIB = 1  # configure_cpu_engine_environment's VLLM_CPU_KVCACHE_SPACE

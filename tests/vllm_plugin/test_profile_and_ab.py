@@ -10,9 +10,9 @@ import pytest
 
 from rps_serve.cli import main
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
-from rps_serve.profiler.plan import ProfilePlan
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
+from rps_serve.workload_profiler.plan import ProfilePlan
 
 pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
 

@@ -142,3 +142,27 @@ def test_supplied_class_wins_over_the_engine_estimate(tiny_model: Path, driver_f
     driver.submit("plain-image", Modality.IMAGE)
     driver.run()
     assert driver.first_token_order() == ["video-said-sand", "plain-image", "text-said-rock"]
+
+
+@pytest.mark.parametrize("yield_prefills", [True, False], ids=["yielding", "not-yielding"])
+def test_a_running_prefill_sits_out_for_sand_that_outranks_it(
+    tiny_model: Path, driver_for: Any, yield_prefills: bool
+) -> None:
+    """A rock part-way through a chunked prefill (64-token steps): sand arriving then gets its first
+    token before the rock when the rock yields its steps, and only after it when it does not. Either
+    way the rock keeps its blocks and completes."""
+    engine = make_engine(
+        tiny_model, Policy.RPS, max_num_batched_tokens=64, rps={"yield_prefills": yield_prefills}
+    )
+    scheduler = scheduler_of(engine)
+    driver = driver_for(engine)
+    driver.submit("rock", Modality.VIDEO, words=10, max_tokens=4)
+    driver.advance()
+    (rock,) = scheduler.running
+    assert 0 < rock.num_computed_tokens < rock.num_prompt_tokens - 128, "the rock's prefill is not chunked"
+    driver.submit("sand", Modality.TEXT, words=10, max_tokens=4)
+    driver.run()
+    assert driver.output_tokens == {"rock": 4, "sand": 4}
+    sand_first = driver.first_token_step["sand"] < driver.first_token_step["rock"]
+    assert sand_first is yield_prefills
+    assert (scheduler.yielded > 0) is yield_prefills

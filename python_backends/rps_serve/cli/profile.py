@@ -25,10 +25,10 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rps_serve.profiler.isolated import IsolatedProfiler, profiling_engine
-    from rps_serve.profiler.plan import ProfilePlan
     from rps_serve.tiny_model import TinyModelSpec
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+    from rps_serve.workload_profiler.isolated import IsolatedProfiler, profiling_engine
+    from rps_serve.workload_profiler.plan import ProfilePlan
 
     done = sum(1 for _ in read_records(args.out)) if args.out.exists() else 0
     if done and not args.resume:

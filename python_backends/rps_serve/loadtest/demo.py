@@ -228,7 +228,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
             policy: {
                 **grouped_metrics(records),
                 "completed": int(records.completed.sum()),
-                "runs": len(load.runs[policy]),
+                "runs": [_run_summary(run.report["results"][policy]) for run in load.runs[policy]],
                 "requests": asdict(tallies[policy]),
                 "stages": stages[policy],
             }
@@ -252,6 +252,16 @@ def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
         plot_ttft_cdf(load.records(), plot_path, title)
         written.append(plot_path)
     return written
+
+
+def _run_summary(result: dict[str, Any]) -> dict[str, float | None]:
+    """What one run says about the targets, to see how far runs of one policy scatter."""
+    by_modality = result["by_modality"]
+    return {
+        "text_p90_ttft_s": by_modality["text"]["ttft"]["p90"],
+        "video_mean_ttft_s": by_modality["video"]["ttft"]["mean"],
+        "tpot_mean_s": result["overall"]["tpot"]["mean"],
+    }
 
 
 def _ratio(value: float | None, baseline: float | None) -> str:

@@ -21,13 +21,15 @@ class RPSConfig:
     `naive` forces the naive classifier even with a cost model (the ablation). `chunk_cap_tokens`
     caps prefill chunks while a lighter class waits behind a heavier prefill; 0 (the default) disables
     it: through Triton on the CPU stack a 256-token cap tripled the time per output token and doubled
-    text TTFT (docs/results/2026-12-01.md).
+    text TTFT (docs/results/2026-12-01.md). `yield_prefills`: a running request part-way through its
+    prefill sits out a step while a waiting request that outranks it can be admitted.
     """
 
     policy: Policy = Policy.RPS
     cost_model: str | None = None
     naive: bool = False
     chunk_cap_tokens: int = 0
+    yield_prefills: bool = True
     max_preemptions: int = 2
 
     def to_additional_config(self) -> dict[str, Any]:

@@ -5,7 +5,11 @@ Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes
   every step (`begin_iteration`);
 - before the loop, the best waiting request may evict a running request of a heavier class when the
   KV cache keeps it out (`PreemptionRule`; recompute preemption, as vLLM's own);
-- while a lighter class waits behind a heavier prefill, prefill chunks are capped for that step;
+- a running request part-way through its prefill sits out a step while a waiting request that outranks
+  it can be admitted, so the lighter prefill takes the step's tokens instead of waiting for the heavier
+  one to finish (it keeps its KV blocks and goes on at the next step: no recompute);
+- while a lighter class waits behind a heavier prefill, prefill chunks can be capped for that step
+  (off by default);
 - `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
   (which runs with the priority policy) evicts the heaviest class first.
 Use `RPSScheduler` where async scheduling is off (CPU), `RPSAsyncScheduler` where it is on (GPU).
@@ -44,6 +48,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 class _RPSMixin(Scheduler):
+    running: list[Request]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if vllm.__version__ not in SUPPORTED_VLLM_VERSIONS:
@@ -63,6 +68,7 @@ class _RPSMixin(Scheduler):
         self.preemption_rule = PreemptionRule.for_policy(self.rps.policy, self.rps.max_preemptions)
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
+        self.yielded = 0  # steps a running prefill sat out for a request that outranked it
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s",
             self.rps.policy.value,
@@ -82,7 +88,7 @@ class _RPSMixin(Scheduler):
         if len(self.running) >= self.max_num_running_reqs:
             return super().schedule(*args, **kwargs)
         self._evict_for_waiting()
-        with self._chunk_cap(self._prefill_cap()):
+        with self._chunk_cap(self._prefill_cap()), self._set_aside(self._outranked_prefills()):
             return super().schedule(*args, **kwargs)
 
     def _contender(self, request: Request) -> Contender:
@@ -118,6 +124,50 @@ class _RPSMixin(Scheduler):
         self._preempt_request(victim, time.monotonic())
         self.evictions[self.waiting.level(victim)] += 1
         logger.debug("evicted %s for waiting %s", victim.request_id, candidate.request_id)
+
+    def _outranked_prefills(self) -> list[Request]:
+        """Running requests part-way through their prefill that the best waiting request outranks (a
+        lighter class and a better score), when the KV cache has room for it: they sit this step out."""
+        if not self.rps.yield_prefills or self.rps.policy is Policy.FCFS or not self.waiting:
+            return []
+        candidate = self.waiting.peek_request()
+        if self._kv_short_for(candidate):
+            return []
+        best = self._contender(candidate)
+        outranked = []
+        for request in self.running:
+            if (
+                request.status != RequestStatus.RUNNING
+                or request.num_computed_tokens >= request.num_prompt_tokens
+            ):
+                continue
+            running = self._contender(request)
+            if best.level < running.level and best.score < running.score:
+                outranked.append(request)
+        return outranked
+
+    @contextmanager
+    def _set_aside(self, requests: list[Request]) -> Iterator[None]:
+        """Leave `requests` out of `self.running` for one `schedule()`, with as many fewer sequence slots
+        for it to fill; afterwards they are back in their places, ahead of what the step admitted."""
+        if not requests:
+            yield
+            return
+        before: list[Request] = list(self.running)
+        aside = {id(r) for r in requests}
+        self.running = [r for r in before if id(r) not in aside]
+        self.max_num_running_reqs -= len(requests)
+        self.max_num_active_reqs -= len(requests)
+        try:
+            yield
+        finally:
+            self.max_num_running_reqs += len(requests)
+            self.max_num_active_reqs += len(requests)
+            after = {id(r) for r in self.running}
+            kept = [r for r in before if id(r) in aside or id(r) in after]
+            known = {id(r) for r in kept}
+            self.running = kept + [r for r in self.running if id(r) not in known]
+            self.yielded += len(requests)
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.preemptions[self.waiting.level(request)] += 1

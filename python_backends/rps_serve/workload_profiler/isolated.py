@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.profiler.plan import ProfileItem
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
@@ -21,6 +20,7 @@ from rps_serve.vllm_plugin.classify import request_features
 from rps_serve.vllm_plugin.engine import engine_args
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload_profiler.plan import ProfileItem
 
 logger = logging.getLogger(__name__)
 
