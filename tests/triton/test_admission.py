@@ -98,7 +98,8 @@ def test_a_burst_beyond_the_limit_ends_with_refusals_counted_and_nothing_lost(
         kind=np.full(burst, list(RequestKind).index(RequestKind.SHORT_TEXT)),
         prompt_tokens=np.full(burst, 40),
         modality_tokens=np.zeros(burst, dtype=np.int64),
-        output_tokens=np.full(burst, 200),
+        # Long enough that the admitted requests are still decoding when the rest arrive.
+        output_tokens=np.full(burst, 2000),
     )
     trace_file, slo, out = tmp_path / "burst.jsonl", tmp_path / "slo.json", tmp_path / "bench.json"
     write_trace(trace_file, trace)

@@ -49,6 +49,7 @@ def _cdiv(a: int, b: int) -> int:
 
 class _RPSMixin(Scheduler):
     running: list[Request]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if vllm.__version__ not in SUPPORTED_VLLM_VERSIONS:
