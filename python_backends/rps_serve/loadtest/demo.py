@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metri
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Tally
-from rps_serve.triton.server import local_server
+from rps_serve.triton.server import Endpoints, local_server
 from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
@@ -37,6 +38,13 @@ logger = logging.getLogger(__name__)
 DEMO_MAX_OUTPUT_TOKENS = 32
 DEMO_CONTENT = ContentLimits(max_text_tokens=4096, max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
 CAPACITY_SEED_OFFSET = 104729  # calibration content shares nothing with the replays' (no cache hits)
+# The metrics the targets are stated in, read from a result in `rps-serve simulate`'s JSON shape.
+HEADLINE: dict[str, Callable[[dict[str, Any]], float | None]] = {
+    "text P90 TTFT": lambda r: r["by_modality"]["text"]["ttft"]["p90"],
+    "text mean TTFT": lambda r: r["by_modality"]["text"]["ttft"]["mean"],
+    "video mean TTFT": lambda r: r["by_modality"]["video"]["ttft"]["mean"],
+    "TPOT mean": lambda r: r["overall"]["tpot"]["mean"],
+}
 
 
 @dataclass(frozen=True)
@@ -121,14 +129,16 @@ def run_demo(config: DemoConfig) -> DemoRuns:
     return DemoRuns(loads, capacity)
 
 
-def _server(config: DemoConfig, policy: str, run_name: str) -> Any:
+def _server(config: DemoConfig, policy: str, run_name: str) -> AbstractContextManager[Endpoints]:
     env = {MODEL_ENV: str(config.model.resolve()), POLICY_ENV: policy}
     log = config.out.resolve() / f"tritonserver-{run_name}.log"
     logger.info("%s: starting tritonserver (log %s)", run_name, log)
     return local_server(config.repository, config.out.resolve() / "server", env=env, log_file=log)
 
 
-def _bench_config(config: DemoConfig, endpoints: Any, policy: str, rate: float, seed: int) -> BenchConfig:
+def _bench_config(
+    config: DemoConfig, endpoints: Endpoints, policy: str, rate: float, seed: int
+) -> BenchConfig:
     return BenchConfig(
         url=endpoints.grpc_url,
         model=config.model,
@@ -201,17 +211,11 @@ def ratio_table(records: dict[str, RequestRecords], candidate: str) -> str:
     if candidate not in records:
         return ""
     reports = {p: grouped_metrics(r) for p, r in records.items()}
-    cells: dict[str, Callable[[dict[str, Any]], float | None]] = {
-        "text P90 TTFT": lambda r: r["by_modality"]["text"]["ttft"]["p90"],
-        "text mean TTFT": lambda r: r["by_modality"]["text"]["ttft"]["mean"],
-        "video mean TTFT": lambda r: r["by_modality"]["video"]["ttft"]["mean"],
-        "TPOT mean": lambda r: r["overall"]["tpot"]["mean"],
-    }
-    lines = [f"{candidate + ' / baseline':<26}" + "".join(f" {name:>15}" for name in cells)]
+    lines = [f"{candidate + ' / baseline':<26}" + "".join(f" {name:>15}" for name in HEADLINE)]
     for baseline in records:
         if baseline == candidate:
             continue
-        ratios = [_ratio(get(reports[candidate]), get(reports[baseline])) for get in cells.values()]
+        ratios = [_ratio(get(reports[candidate]), get(reports[baseline])) for get in HEADLINE.values()]
         lines.append(f"{candidate + ' / ' + baseline:<26}" + "".join(f" {r:>15}" for r in ratios))
     return "\n".join(lines)
 
@@ -255,13 +259,8 @@ def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
 
 
 def _run_summary(result: dict[str, Any]) -> dict[str, float | None]:
-    """What one run says about the targets, to see how far runs of one policy scatter."""
-    by_modality = result["by_modality"]
-    return {
-        "text_p90_ttft_s": by_modality["text"]["ttft"]["p90"],
-        "video_mean_ttft_s": by_modality["video"]["ttft"]["mean"],
-        "tpot_mean_s": result["overall"]["tpot"]["mean"],
-    }
+    """One run's headline metrics, to see how far runs of one policy scatter."""
+    return {name: get(result) for name, get in HEADLINE.items()}
 
 
 def _ratio(value: float | None, baseline: float | None) -> str:
