@@ -70,6 +70,7 @@ class _RPSMixin(Scheduler):
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         self.yielded = 0  # steps a running prefill sat out for a request that outranked it
+        self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s",
             self.rps.policy.value,
@@ -128,14 +129,16 @@ class _RPSMixin(Scheduler):
 
     def _outranked_prefills(self) -> list[Request]:
         """Running requests part-way through their prefill that the best waiting request outranks (a
-        lighter class and a better score), when the KV cache has room for it: they sit this step out."""
+        lighter class and a better score), when the KV cache has room for it: they sit this step out.
+        Once per waiting request: if it is still waiting after they yielded to it (something else kept
+        it out, the encoder cache for one), they go on, so that nothing waits on a step that never comes."""
         if not self.rps.yield_prefills or self.rps.policy is Policy.FCFS or not self.waiting:
             return []
         candidate = self.waiting.peek_request()
-        if self._kv_short_for(candidate):
+        if candidate is self._yielded_to or self._kv_short_for(candidate):
             return []
         best = self._contender(candidate)
-        outranked = []
+        outranked: list[Request] = []
         for request in self.running:
             if (
                 request.status != RequestStatus.RUNNING
@@ -145,6 +148,8 @@ class _RPSMixin(Scheduler):
             running = self._contender(request)
             if best.level < running.level and best.score < running.score:
                 outranked.append(request)
+        if outranked:
+            self._yielded_to = candidate
         return outranked
 
     @contextmanager
