@@ -50,6 +50,14 @@ def test_schedule_uses_only_queue_methods_we_implement() -> None:
     assert used <= set(vars(ClassRequestQueue)), used - set(vars(ClassRequestQueue))
 
 
+def test_schedule_reads_the_running_list_and_slot_limits_at_every_step() -> None:
+    """A prefill sits out a step by leaving `self.running` for one `schedule()`, with the slot limits
+    lowered to match: the loop must read both from the scheduler each time."""
+    source = inspect.getsource(Scheduler.schedule)
+    assert "while req_index < len(self.running)" in source
+    assert "self.max_num_active_reqs" in source
+
+
 def test_prefill_threshold_is_read_from_config_at_every_step() -> None:
     assert "self.scheduler_config.long_prefill_token_threshold" in inspect.getsource(Scheduler.schedule)
 
@@ -71,10 +79,12 @@ def test_scheduler_state_we_read_exists(engine: Any) -> None:
         "running",
         "kv_holding_waiting",
         "max_num_running_reqs",
+        "max_num_active_reqs",
         "max_num_scheduled_tokens",
         "block_size",
     ):
         assert hasattr(scheduler, name), name
+    assert isinstance(scheduler.running, list)  # set aside and restored around one schedule()
     assert isinstance(scheduler.kv_cache_manager.block_pool.get_num_free_blocks(), int)
     assert isinstance(scheduler.scheduler_config.long_prefill_token_threshold, int)
 
