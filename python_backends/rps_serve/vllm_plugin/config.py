@@ -22,14 +22,15 @@ class RPSConfig:
     caps prefill chunks while a lighter class waits behind a heavier prefill; 0 (the default) disables
     it: through Triton on the CPU stack a 256-token cap tripled the time per output token and doubled
     text TTFT (docs/results/2026-12-01.md). `yield_prefills`: a running request part-way through its
-    prefill sits out a step while a waiting request that outranks it can be admitted.
+    prefill sits out a step while a waiting request that outranks it can be admitted; off by default, as
+    through Triton on the CPU stack it cost everyone at 0.6x of capacity (docs/decisions.md).
     """
 
     policy: Policy = Policy.RPS
     cost_model: str | None = None
     naive: bool = False
     chunk_cap_tokens: int = 0
-    yield_prefills: bool = True
+    yield_prefills: bool = False
     max_preemptions: int = 2
 
     def to_additional_config(self) -> dict[str, Any]:

@@ -5,9 +5,10 @@ Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes
   every step (`begin_iteration`);
 - before the loop, the best waiting request may evict a running request of a heavier class when the
   KV cache keeps it out (`PreemptionRule`; recompute preemption, as vLLM's own);
-- a running request part-way through its prefill sits out a step while a waiting request that outranks
-  it can be admitted, so the lighter prefill takes the step's tokens instead of waiting for the heavier
-  one to finish (it keeps its KV blocks and goes on at the next step: no recompute);
+- a running request part-way through its prefill can sit out a step while a waiting request that
+  outranks it can be admitted, so the lighter prefill takes the step's tokens instead of waiting for the
+  heavier one to finish (it keeps its KV blocks and goes on at the next step: no recompute; off by
+  default);
 - while a lighter class waits behind a heavier prefill, prefill chunks can be capped for that step
   (off by default);
 - `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
