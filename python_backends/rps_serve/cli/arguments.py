@@ -11,9 +11,8 @@ from pathlib import Path
 from rps_serve.cost.training import REPORT_FILE
 from rps_serve.triton.client import Tally
 from rps_serve.workload.mixes import MIXES
-from rps_serve.workload.source import SyntheticWorkload, TraceFile, Workload
+from rps_serve.workload.source import DEFAULT_MIX, SyntheticWorkload, TraceFile, Workload
 
-DEFAULT_MIX = "mixed-iii"
 _SYNTHETIC = ("mix", "rate", "requests", "burst_cv")
 
 

@@ -2,8 +2,8 @@
 server under stock vLLM's FCFS, stock vLLM's priority policy with our classes (`vllm-priority`) and
 RPS, each run on a freshly started server, then TTFT per modality side by side and a CDF plot.
 
-Unless rates are given, the first policy's server is first loaded closed-loop to measure what this
-machine sustains (`bench.capacity`), and every policy replays at each of `load_fractions` of that: a
+Unless rates are given, a server of the first policy is first loaded closed-loop to measure what this
+machine sustains (`loadtest.capacity`), and every policy replays at each of `load_fractions` of that: a
 fixed rate would overload a slow or busy machine (refusals, a backlog that never drains) and leave a
 fast one idle. With `repeats` > 1 the policies run interleaved (fcfs, vllm-priority, rps, fcfs, ...),
 each repeat on its own trace and content, and each policy's runs at one load are pooled.
@@ -186,7 +186,7 @@ def ttft_table(records: dict[str, RequestRecords]) -> str:
 
 def stage_table(stages: dict[str, dict[str, Any]]) -> str:
     """Per policy and class: mean seconds from arrival at vllm_model to the first token, and its parts
-    (`bench.stages`)."""
+    (`loadtest.stages`)."""
     header = ("to 1st token", "front queue", "front work", "engine")
     widths = (12, 11, 10, 7)
     lines = [

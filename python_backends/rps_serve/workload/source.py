@@ -13,13 +13,15 @@ from typing import Any
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.trace import Trace, generate_trace, read_trace
 
+DEFAULT_MIX = "mixed-iii"
+
 
 @dataclass(frozen=True)
 class SyntheticWorkload:
     """`requests` requests of `mix` arriving at `rate` per second (Poisson, or Gamma with `burst_cv`),
     drawn with `seed`."""
 
-    mix: str = "mixed-iii"
+    mix: str = DEFAULT_MIX
     rate: float = 2.0
     requests: int = 1000
     seed: int = 0
