@@ -1,4 +1,9 @@
-"""Shared fixtures: one reference profile and one trained cost-model repository per session."""
+"""The tiers, and shared fixtures: one reference profile and one trained cost-model repository per session.
+
+`tests/unit/` mirrors the package and starts no server; `tests/deploy/` checks the deployment files;
+`tests/e2e/` starts a real tritonserver or vLLM engine, one folder per thing it starts, and every test
+in it carries the `e2e` marker (`make test-fast` leaves those out).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,13 @@ from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.synthetic import reference_profile
 
 REFERENCE_MODEL = "llava-onevision-qwen2-7b"
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ arrival order by default (`renderer_num_workers`).
 
 `render` gives what `AsyncLLM.generate` takes as an already processed input (a dict with a "type"
 key), which `add_request` hands to the engine without processing it again. The functions used are
-vLLM internals (0.32 and 0.33 alike), pinned by `tests/vllm_plugin/test_vllm_contract.py`.
+vLLM internals (0.32 and 0.33 alike), pinned by `tests/e2e/engine/test_vllm_contract.py`.
 
 Ordering: vLLM's processor cache in this process mirrors the engine core's, without a lock, and a
 rendered input whose media the cache already held carries none of their data. Requests with media

@@ -41,12 +41,12 @@ from rps_serve.triton.backend import (
     requested_outputs,
     tensor_getter,
 )
+from rps_serve.triton.class_metrics import ClassMetrics
 from rps_serve.triton.classes import ClassEstimator, ClassInfo, supplied_class
 from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import kv_cache_usage_logger
 from rps_serve.triton.front_end import FrontEnd
 from rps_serve.triton.media import MediaLimits
-from rps_serve.triton.metrics import ClassMetrics
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.settings import load_settings

@@ -6,15 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from rps_serve.cli import main
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
 from rps_serve.workload_profiler.plan import ProfilePlan
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
 
 
 def test_profile_records_grow_with_the_request_and_resume(tiny_model: Path, tmp_path: Path) -> None:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from rps_serve.loadtest.soak import SoakConfig, run_soak
-from tests.triton.conftest import SPEC, Server
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver and vLLM engine
+from tests.e2e.triton.conftest import SPEC, Server
 
 
 def test_short_overload_soak(server: Server) -> None:

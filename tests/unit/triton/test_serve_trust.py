@@ -11,7 +11,7 @@ from pathlib import Path
 from rps_serve.triton.repository import REPOSITORY
 from rps_serve.triton.server import ONNX_STAND_IN
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "python_backends"
+PACKAGE_ROOT = Path(__file__).resolve().parents[3] / "python_backends"
 ENTRY_POINTS = [*sorted(REPOSITORY.glob("*/1/model.py")), ONNX_STAND_IN]
 # Formats and calls that can run code from the data they read.
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "shelve", "marshal"}

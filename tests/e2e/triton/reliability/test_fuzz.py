@@ -8,15 +8,14 @@ import json
 import re
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
 from rps_serve.workload.prompts import chat_prompt
-from tests.triton.conftest import MODELS, Requests, Server, run, serves, wait_drained
-from tests.triton.fuzzing import (
+from tests.e2e.triton.conftest import MODELS, Requests, Server, run, serves, wait_drained
+from tests.fuzzing import (
     INPUT_NAMES,
     any_tensor,
     base64_field,
@@ -26,8 +25,6 @@ from tests.triton.fuzzing import (
     sampling_json,
     video_bytes,
 )
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver and vLLM engine
 
 # How the models and the server report an internal failure rather than a refusal.
 INTERNAL = re.compile(r"preprocess failed|vllm_model failed|[Ss]tub|not healthy|INTERNAL")

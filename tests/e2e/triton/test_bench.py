@@ -16,9 +16,7 @@ from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.server import REPO_ROOT
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, write_trace
-from tests.triton.conftest import Server
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+from tests.e2e.triton.conftest import Server
 
 STATS = {"mean", "p50", "p90", "p95", "p99"}
 METRICS = {"ttft", "tpot", "e2e", "norm_latency"}

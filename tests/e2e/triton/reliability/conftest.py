@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.triton.conftest import Server, start_server
+from tests.e2e.triton.conftest import Server, start_server
 
 # Lower than model.json's, so that requests over them stay small; test media (224x224 images, 16-frame
 # 224x224 videos, ~2K-token long texts) fit.

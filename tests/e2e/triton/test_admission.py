@@ -19,7 +19,7 @@ from rps_serve.triton import protocol as p
 from rps_serve.triton.client import StreamClient
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, write_trace
-from tests.triton.conftest import (
+from tests.e2e.triton.conftest import (
     MODELS,
     VLLM_MODEL,
     Requests,
@@ -30,8 +30,6 @@ from tests.triton.conftest import (
     start_server,
     wait_drained,
 )
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
 
 MAX_PENDING = 2
 HELD_TOKENS = 8000  # the held requests must outlast the refused ones: near the context of 8,192

@@ -24,9 +24,7 @@ from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient, infer_inputs
 from rps_serve.workload.prompts import chat_prompt, filler_text
-from tests.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, start_server
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, start_server
 
 PREPROCESS = "preprocess"
 

@@ -8,15 +8,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import pytest
-
 from rps_serve.loadtest.server_stats import MetricsSnapshot
 from rps_serve.requests import Modality
 from rps_serve.triton.client import Generation, StreamClient, StreamResult
-from tests.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, serves, wait_drained
-from tests.triton.reliability.conftest import LIMITS
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver and vLLM engine
+from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, serves, wait_drained
+from tests.e2e.triton.reliability.conftest import LIMITS
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,7 @@ from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
 from rps_serve.vllm_plugin.scheduler import RPSScheduler
-from tests.vllm_plugin.conftest import Driver, make_engine, scheduler_of
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+from tests.e2e.engine.conftest import Driver, make_engine, scheduler_of
 
 
 @pytest.fixture(scope="module")

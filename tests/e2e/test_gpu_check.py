@@ -12,8 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
 from rps_serve.triton.server import REPO_ROOT, free_port, prepare_server_tree, server_environment
@@ -32,7 +30,6 @@ def test_the_script_is_valid_bash_and_passes_shellcheck() -> None:
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.e2e
 def test_the_script_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> None:
     model = tmp_path / "tiny-qwen2-vl"
     build_tiny_model(

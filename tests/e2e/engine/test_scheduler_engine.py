@@ -11,9 +11,7 @@ import pytest
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy
 from rps_serve.scheduling.regulator import outrank_wait_s
-from tests.vllm_plugin.conftest import BLOCK_SIZE, make_engine, scheduler_of
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+from tests.e2e.engine.conftest import BLOCK_SIZE, make_engine, scheduler_of
 
 ONE_AT_A_TIME = {"max_num_seqs": 1}
 CONTENDERS = [("rock", Modality.VIDEO), ("pebble", Modality.IMAGE), ("sand", Modality.TEXT)]

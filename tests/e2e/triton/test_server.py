@@ -16,9 +16,7 @@ from rps_serve.loadtest.server_stats import scrape
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton.client import Generation, StreamClient, encode_video, infer_inputs
 from rps_serve.workload.media import random_video
-from tests.triton.conftest import ENSEMBLE, SPEC, Requests, Server, run
-
-pytestmark = pytest.mark.e2e  # starts a real tritonserver or vLLM engine
+from tests.e2e.triton.conftest import ENSEMBLE, SPEC, Requests, Server, run
 
 LABELS = {c.label for c in RequestClass}
 PLACEHOLDERS = {Modality.TEXT: 0, Modality.IMAGE: SPEC.image_tokens, Modality.VIDEO: SPEC.video_tokens}
