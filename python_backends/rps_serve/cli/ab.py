@@ -18,13 +18,16 @@ def add_parser(commands: Any) -> None:
         "ab", help="policies side by side on a real vLLM engine (fresh engine per run)"
     )
     parser.add_argument(
-        "--model", type=Path, required=True, help="model built by `rps-serve make-tiny-model`"
+        "--model", type=Path, metavar="DIR", required=True, help="model built by `rps-serve make-tiny-model`"
     )
     add_workload_arguments(parser)
     add_policies_argument(parser, "fcfs,vllm-priority,rps", [p.value for p in Policy])
     parser.add_argument("--repeats", type=int, default=3, help="runs per policy, interleaved")
     parser.add_argument(
-        "--cost-model", type=Path, help="ONNX cost model repository (default: classes by modality)"
+        "--cost-model",
+        type=Path,
+        metavar="DIR",
+        help="ONNX cost model repository (default: classes by modality)",
     )
     parser.add_argument(
         "--renderer-workers", type=int, default=1, help="vLLM renderer threads (media preprocessing)"
@@ -32,7 +35,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--chunk-cap", type=int, help="prefill chunk cap while a lighter class waits (0: off)"
     )
-    parser.add_argument("--json", type=Path, required=True, help="where to write the results")
+    parser.add_argument("--json", type=Path, metavar="FILE", required=True, help="where to write the results")
     parser.set_defaults(handler=run)
 
 

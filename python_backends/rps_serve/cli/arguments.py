@@ -22,16 +22,29 @@ def add_workload_arguments(
     """A synthetic workload (`--mix/--rate/--requests/--burst-cv`) or, with `trace`, `--trace FILE`;
     `workload` builds it and refuses both at once. `--seed` also drives what else the command draws."""
     group = parser.add_argument_group("workload" + (" (synthetic, or --trace)" if trace else ""))
-    group.add_argument("--mix", choices=list(MIXES), help=f"request-kind mix (default {DEFAULT_MIX})")
+    add_mix_argument(group, default=None)
     group.add_argument("--rate", type=float, help="mean arrival rate, requests per second")
     group.add_argument("--requests", type=int, help=f"number of requests (default {default_requests})")
     group.add_argument(
         "--burst-cv", type=float, help="Gamma arrivals with this coefficient of variation instead of Poisson"
     )
     if trace:
-        group.add_argument("--trace", type=Path, help="the requests of this trace file (rps-serve trace)")
+        group.add_argument(
+            "--trace", type=Path, metavar="FILE", help="the requests of this trace file (rps-serve trace)"
+        )
     group.add_argument("--seed", type=int, default=0)
     parser.set_defaults(default_requests=default_requests)
+
+
+def add_mix_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, default: str | None) -> None:
+    """`--mix NAME`, one of the request-kind mixes; `default` None lets `workload` tell it was given."""
+    parser.add_argument(
+        "--mix",
+        choices=list(MIXES),
+        default=default,
+        metavar="MIX",
+        help=f"request-kind mix: {', '.join(MIXES)} (default {DEFAULT_MIX})",
+    )
 
 
 def workload(args: argparse.Namespace) -> Workload:
@@ -54,11 +67,15 @@ def workload(args: argparse.Namespace) -> Workload:
     )
 
 
-def add_local_server_arguments(parser: argparse.ArgumentParser) -> None:
+def add_local_server_arguments(
+    parser: argparse.ArgumentParser, default_model: str = "the tiny model, built if missing"
+) -> None:
     """What `repository_and_model` reads: the repository to serve and the model to run."""
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"), help="model repository")
     parser.add_argument(
-        "--model", type=Path, help="model directory (default: the tiny model, built if missing)"
+        "--repository", type=Path, metavar="DIR", default=Path("model_repository"), help="model repository"
+    )
+    parser.add_argument(
+        "--model", type=Path, metavar="DIR", help=f"model directory (default: {default_model})"
     )
 
 

@@ -22,7 +22,10 @@ def add_parser(commands: Any) -> None:
     )
     add_workload_arguments(parser)
     parser.add_argument(
-        "--model", type=Path, help="served model directory, for media sizes (default: the tiny model)"
+        "--model",
+        type=Path,
+        metavar="DIR",
+        help="served model directory, for media sizes (default: the tiny model)",
     )
     parser.add_argument("--label", default="server", help="results key in the JSON, e.g. the policy")
     parser.add_argument("--max-text-tokens", type=int, default=4096, help="cap on a prompt's text tokens")
@@ -30,9 +33,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--isolated", type=int, default=3, help="requests per modality sent alone for the SLOs"
     )
-    parser.add_argument("--slo", type=Path, help='TTFT SLOs from a file {"text": s, "image": s, "video": s}')
-    parser.add_argument("--json", type=Path, required=True, help="where to write the results")
-    parser.add_argument("--plot", type=Path, help="also draw TTFT CDFs per modality (PNG)")
+    parser.add_argument(
+        "--slo", type=Path, metavar="FILE", help='TTFT SLOs from a file {"text": s, "image": s, "video": s}'
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", required=True, help="where to write the results")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw TTFT CDFs per modality (PNG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 

@@ -12,7 +12,9 @@ from rps_serve.requests import Modality, RequestClass, RequestFeatures
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("classify", help="estimate and classify requests with the ONNX cost model")
-    parser.add_argument("--repository", type=Path, required=True, help="where `train` wrote the models")
+    parser.add_argument(
+        "--repository", type=Path, metavar="DIR", required=True, help="where `train` wrote the models"
+    )
     parser.add_argument(
         "requests", nargs="+", type=_request, metavar="MODALITY:PROMPT_TOKENS[:MODALITY_TOKENS]"
     )

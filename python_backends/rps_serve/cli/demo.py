@@ -9,6 +9,7 @@ from typing import Any
 
 from rps_serve.cli.arguments import (
     add_local_server_arguments,
+    add_mix_argument,
     add_policies_argument,
     cost_model_source,
     lost_exit_code,
@@ -17,7 +18,7 @@ from rps_serve.cli.arguments import (
     repository_and_model,
 )
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.workload.mixes import MIXES
+from rps_serve.workload.source import DEFAULT_MIX
 
 
 def add_parser(commands: Any) -> None:
@@ -27,7 +28,7 @@ def add_parser(commands: Any) -> None:
     )
     add_local_server_arguments(parser)
     add_policies_argument(parser, "fcfs,vllm-priority,rps", [p.value for p in Policy])
-    parser.add_argument("--mix", default="mixed-iii", choices=list(MIXES), help="request-kind mix")
+    add_mix_argument(parser, default=DEFAULT_MIX)
     parser.add_argument(
         "--rate", help="arrival rates, requests per second, comma-separated (default: measured, see below)"
     )
@@ -40,7 +41,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--calibrate-s", type=float, default=60.0, help="how long to measure the rate")
     parser.add_argument("--requests", type=int, default=120, help="requests per run")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("out/demo"), help="results, plots and server logs")
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", default=Path("out/demo"), help="results, plots and server logs"
+    )
     parser.set_defaults(handler=run)
 
 

@@ -11,9 +11,14 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "perf-inputs", help="perf_analyzer --input-data files for rps_ensemble (text, image, video)"
     )
-    parser.add_argument("--out", type=Path, required=True, help="directory for text/image/video.json")
     parser.add_argument(
-        "--model", type=Path, help="served model directory, for media sizes (default: the tiny model)"
+        "--out", type=Path, metavar="DIR", required=True, help="directory for text/image/video.json"
+    )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        metavar="DIR",
+        help="served model directory, for media sizes (default: the tiny model)",
     )
     parser.add_argument("--per-modality", type=int, default=8, help="requests per file")
     parser.add_argument("--max-tokens", type=int, default=16, help="output tokens per request")

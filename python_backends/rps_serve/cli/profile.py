@@ -12,9 +12,9 @@ from rps_serve.profiles.records import read_records
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("profile", help="isolated runs on a real vLLM engine -> profile records")
     parser.add_argument(
-        "--model", type=Path, required=True, help="model built by `rps-serve make-tiny-model`"
+        "--model", type=Path, metavar="DIR", required=True, help="model built by `rps-serve make-tiny-model`"
     )
-    parser.add_argument("--out", type=Path, required=True, help="JSONL profile records")
+    parser.add_argument("--out", type=Path, metavar="FILE", required=True, help="JSONL profile records")
     parser.add_argument("--repeats", type=int, default=3, help="runs of every planned request")
     parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument("--resume", action="store_true", help="continue a partly written profile")

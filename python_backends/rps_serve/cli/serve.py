@@ -7,17 +7,17 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from rps_serve.cli.arguments import add_local_server_arguments
 from rps_serve.scheduling.parameters import Policy
 
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("serve", help="run the model repository on a local tritonserver (127.0.0.1)")
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"), help="model repository")
-    parser.add_argument(
-        "--model", type=Path, help="model directory (default: model.json's, the tiny model, built if missing)"
-    )
+    add_local_server_arguments(parser, default_model="model.json's, the tiny model, built if missing")
     parser.add_argument("--policy", choices=[p.value for p in Policy], help="override model.json's policy")
-    parser.add_argument("--workdir", type=Path, default=Path("build/serve"), help="server tree, sockets, log")
+    parser.add_argument(
+        "--workdir", type=Path, metavar="DIR", default=Path("build/serve"), help="server tree, sockets, log"
+    )
     for name, default in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
         parser.add_argument(
             f"--{name}-port", type=int, default=default, help=f"{name} port on 127.0.0.1 (0: a free one)"

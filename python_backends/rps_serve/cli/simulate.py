@@ -34,8 +34,10 @@ def add_parser(commands: Any) -> None:
     )
     add_reference_argument(parser, "model sizes (weights, KV per token) for a --profile file")
     parser.add_argument("--profile-gpus", type=int, default=1, help="GPUs a --profile file was measured on")
-    parser.add_argument("--json", type=Path, required=True, help="where to write the results")
-    parser.add_argument("--plot", type=Path, help="also draw TTFT CDFs per modality and policy (PNG)")
+    parser.add_argument("--json", type=Path, metavar="FILE", required=True, help="where to write the results")
+    parser.add_argument(
+        "--plot", type=Path, metavar="PNG", help="also draw TTFT CDFs per modality and policy (PNG)"
+    )
     parser.set_defaults(handler=run)
 
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rps_serve.cli.arguments import add_local_server_arguments, repository_and_model
-from rps_serve.workload.mixes import MIXES
+from rps_serve.cli.arguments import add_local_server_arguments, add_mix_argument, repository_and_model
+from rps_serve.workload.source import DEFAULT_MIX
 
 
 def add_parser(commands: Any) -> None:
@@ -31,9 +31,11 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--rate-factor", type=float, default=1.5, help="offered load = this x the rate")
     parser.add_argument("--calibrate-s", type=float, default=120.0, help="how long to measure the rate")
-    parser.add_argument("--mix", default="mixed-iii", choices=list(MIXES), help="request-kind mix")
+    add_mix_argument(parser, default=DEFAULT_MIX)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("out/soak"), help="soak.json and the server log")
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", default=Path("out/soak"), help="soak.json and the server log"
+    )
     parser.set_defaults(handler=run)
 
 

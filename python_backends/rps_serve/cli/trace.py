@@ -15,7 +15,7 @@ def add_parser(commands: Any) -> None:
         "trace", help="write a workload trace (JSONL) for the simulator or load client"
     )
     add_workload_arguments(parser, trace=False)
-    parser.add_argument("--out", type=Path, required=True, help="the trace file to write")
+    parser.add_argument("--out", type=Path, metavar="FILE", required=True, help="the trace file to write")
     parser.set_defaults(handler=run)
 
 

@@ -33,8 +33,12 @@ def add_parser(commands: Any) -> None:
         "train", help="fit the Impact Estimator and Request Classifier, export them to ONNX"
     )
     add_reference_argument(parser, "reference profile used when --profile-data is not given")
-    parser.add_argument("--profile-data", type=Path, help="JSONL profile records (rps-serve profile)")
-    parser.add_argument("--out", type=Path, required=True, help="model repository to write into")
+    parser.add_argument(
+        "--profile-data", type=Path, metavar="FILE", help="JSONL profile records (rps-serve profile)"
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", required=True, help="model repository to write into"
+    )
     parser.add_argument(
         "--classes", type=int, default=3, choices=range(MIN_CLASSES, MAX_CLASSES + 1), help="k of k-means"
     )

@@ -1,7 +1,8 @@
 """Where a run's requests come from: a synthetic workload (a mix at a rate) or a trace file, never both.
 
 `simulate`, `bench`, `ab` and `trace` take one of these; the command line builds it in one place
-(`rps_serve.cli.arguments.workload`).
+(`rps_serve.cli.arguments.workload`). `demo` builds a `SyntheticWorkload` per run at a rate it measures
+first; `soak` draws its own open-loop cycles of the same mix.
 """
 
 from __future__ import annotations
