@@ -11,15 +11,16 @@ from pathlib import Path
 from rps_serve.cost.training import REPORT_FILE
 from rps_serve.triton.client import Tally
 from rps_serve.workload.mixes import MIXES
+from rps_serve.workload.shapes import ISOLATION, SHAPES
 from rps_serve.workload.source import DEFAULT_MIX, SyntheticWorkload, TraceFile, Workload
 
-_SYNTHETIC = ("mix", "rate", "requests", "burst_cv")
+_SYNTHETIC = ("mix", "rate", "requests", "burst_cv", "shapes")
 
 
 def add_workload_arguments(
     parser: argparse.ArgumentParser, trace: bool = True, default_requests: int = 1000
 ) -> None:
-    """A synthetic workload (`--mix/--rate/--requests/--burst-cv`) or, with `trace`, `--trace FILE`;
+    """A synthetic workload (`--mix/--rate/--requests/--burst-cv/--shapes`) or, with `trace`, `--trace FILE`;
     `workload` builds it and refuses both at once. `--seed` also drives what else the command draws."""
     group = parser.add_argument_group("workload" + (" (synthetic, or --trace)" if trace else ""))
     add_mix_argument(group, default=None)
@@ -27,6 +28,13 @@ def add_workload_arguments(
     group.add_argument("--requests", type=int, help=f"number of requests (default {default_requests})")
     group.add_argument(
         "--burst-cv", type=float, help="Gamma arrivals with this coefficient of variation instead of Poisson"
+    )
+    group.add_argument(
+        "--shapes",
+        choices=list(SHAPES),
+        help="token-count distributions: isolation (the profiles' isolated runs) or serving (the paper's"
+        " serving runs: 32-frame videos, answers by dataset); default isolation, except simulate with a"
+        " LLaVA-OneVision reference profile: serving (rps_serve.workload.shapes)",
     )
     if trace:
         group.add_argument(
@@ -47,8 +55,9 @@ def add_mix_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
     )
 
 
-def workload(args: argparse.Namespace) -> Workload:
-    """The workload `add_workload_arguments` described: a trace file, or a mix at a rate."""
+def workload(args: argparse.Namespace, default_shapes: str = ISOLATION) -> Workload:
+    """The workload `add_workload_arguments` described: a trace file, or a mix at a rate with the
+    token-count shapes `--shapes` names (else `default_shapes`)."""
     path = getattr(args, "trace", None)
     if path is not None:
         given = [f"--{name.replace('_', '-')}" for name in _SYNTHETIC if getattr(args, name) is not None]
@@ -64,6 +73,7 @@ def workload(args: argparse.Namespace) -> Workload:
         requests=args.requests if args.requests is not None else args.default_requests,
         seed=args.seed,
         burst_cv=args.burst_cv,
+        shapes=args.shapes or default_shapes,
     )
 
 

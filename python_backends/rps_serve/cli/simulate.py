@@ -12,7 +12,7 @@ from rps_serve.cli.train import add_reference_argument
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES
 from rps_serve.metrics import policy_table
 from rps_serve.profiles.reference import reference_model_names
-from rps_serve.sim.run import SimulationConfig, run_simulation
+from rps_serve.sim.run import SimulationConfig, default_shapes, run_simulation
 from rps_serve.sim.simulator import POLICY_VARIANTS
 
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     config = SimulationConfig(
         profile=args.profile,
         gpus=args.gpus,
-        workload=workload(args),
+        workload=workload(args, default_shapes(args.profile)),
         seed=args.seed,
         classes=args.classes,
         reference=args.reference,

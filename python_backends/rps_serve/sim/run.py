@@ -24,12 +24,14 @@ from rps_serve.sim.hardware import model_spec
 from rps_serve.sim.measured import is_measured_profile, read_measured_profile, with_chunk_cap
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
 from rps_serve.sim.timing import fit_lines
+from rps_serve.workload.shapes import ISOLATION, SERVING
 from rps_serve.workload.source import Workload
 from rps_serve.workload.trace import Trace
 
 logger = logging.getLogger(__name__)
 
 SLO_PERCENTILE = 99
+SERVING_SHAPES_PROFILES = "llava-onevision-"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,12 @@ class SimulationSetup:
     levels: np.ndarray
     naive_levels: np.ndarray
     num_levels: int
+
+
+def default_shapes(profile: str) -> str:
+    """The paper's serving shapes for the LLaVA-OneVision reference profiles (the models the paper
+    served), the isolated-run shapes for everything else."""
+    return SERVING if profile.startswith(SERVING_SHAPES_PROFILES) else ISOLATION
 
 
 def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.shapes import ISOLATION, shapes_by_name
 from rps_serve.workload.trace import Trace, generate_trace, read_trace
 
 DEFAULT_MIX = "mixed-iii"
@@ -20,26 +21,30 @@ DEFAULT_MIX = "mixed-iii"
 @dataclass(frozen=True)
 class SyntheticWorkload:
     """`requests` requests of `mix` arriving at `rate` per second (Poisson, or Gamma with `burst_cv`),
-    drawn with `seed`."""
+    with the token counts of `shapes`, drawn with `seed`."""
 
     mix: str = DEFAULT_MIX
     rate: float = 2.0
     requests: int = 1000
     seed: int = 0
     burst_cv: float | None = None
+    shapes: str = ISOLATION
 
     def __post_init__(self) -> None:
-        mix_by_name(self.mix)  # an unknown mix fails here, not at the first use
+        mix_by_name(self.mix)  # an unknown mix or shape set fails here, not at the first use
+        shapes_by_name(self.shapes)
         if self.rate <= 0:
             raise ValueError(f"the arrival rate must be positive, got {self.rate:g}")
         if self.requests < 1:
             raise ValueError(f"need at least one request, got {self.requests}")
 
     def trace(self) -> Trace:
-        return generate_trace(mix_by_name(self.mix), self.rate, self.requests, self.seed, self.burst_cv)
+        return generate_trace(
+            mix_by_name(self.mix), self.rate, self.requests, self.seed, self.burst_cv, self.shapes
+        )
 
     def describe(self) -> str:
-        return f"{self.mix} at {self.rate:g} req/s"
+        return f"{self.mix} ({self.shapes} shapes) at {self.rate:g} req/s"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

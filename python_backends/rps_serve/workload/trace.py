@@ -13,7 +13,7 @@ import numpy as np
 
 from rps_serve.workload.arrivals import gamma_arrivals, poisson_arrivals
 from rps_serve.workload.mixes import Mix
-from rps_serve.workload.shapes import RequestKind, sample_tokens
+from rps_serve.workload.shapes import ISOLATION, RequestKind, sample_tokens
 
 _KINDS = list(RequestKind)
 _KIND_MODALITY = np.array([kind.modality.index for kind in _KINDS])
@@ -46,8 +46,11 @@ class Trace:
         return _KIND_MODALITY[self.kind]
 
 
-def generate_trace(mix: Mix, rate: float, n: int, seed: int, burst_cv: float | None = None) -> Trace:
-    """`n` requests drawn from `mix`, arriving as a Poisson process of `rate` per second.
+def generate_trace(
+    mix: Mix, rate: float, n: int, seed: int, burst_cv: float | None = None, shapes: str = ISOLATION
+) -> Trace:
+    """`n` requests drawn from `mix` with the token counts of `shapes` (`workload.shapes`), arriving as
+    a Poisson process of `rate` per second.
 
     With `burst_cv` the gaps are Gamma-distributed with that coefficient of variation instead.
     One generator seeded with `seed` draws kinds, token counts and arrivals, so a seed fixes the trace.
@@ -59,7 +62,7 @@ def generate_trace(mix: Mix, rate: float, n: int, seed: int, burst_cv: float | N
     output = np.zeros(n, dtype=np.int64)
     for index, request_kind in enumerate(_KINDS):
         rows = np.flatnonzero(kind == index)
-        sample = sample_tokens(request_kind, len(rows), rng)
+        sample = sample_tokens(request_kind, len(rows), rng, shapes)
         prompt[rows], visual[rows], output[rows] = (
             sample.prompt_tokens,
             sample.modality_tokens,

@@ -34,6 +34,7 @@ def test_simulate_writes_the_documented_json(tmp_path: Path, capsys: pytest.Capt
     assert main([*argv[:4], "2", *argv[5:]]) == 0  # modserve needs 2 GPUs
     report = json.loads(out.read_text())
     assert report["config"]["rate"] == 4 and report["config"]["requests"] == 150
+    assert report["config"]["shapes"] == "serving"  # the default for a LLaVA-OneVision profile
     assert set(report["results"]) == {"fcfs", "rps", "modserve-rps"}
     for result in report["results"].values():
         _check_m(result["overall"])
@@ -83,7 +84,9 @@ def test_simulate_plots_a_trace_file(tmp_path: Path) -> None:
     assert plot.stat().st_size > 0
 
 
-@pytest.mark.parametrize("synthetic", [["--rate", "2"], ["--mix", "mixed-v"], ["--requests", "9"]])
+@pytest.mark.parametrize(
+    "synthetic", [["--rate", "2"], ["--mix", "mixed-v"], ["--requests", "9"], ["--shapes", "serving"]]
+)
 def test_a_trace_and_a_synthetic_workload_are_refused_together(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], synthetic: list[str]
 ) -> None:

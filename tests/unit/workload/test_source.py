@@ -18,7 +18,14 @@ def test_a_synthetic_workload_draws_its_trace_from_its_seed() -> None:
     assert len(first) == 40 and np.array_equal(first.arrival_s, again.arrival_s)
     other = SyntheticWorkload("mixed-v", rate=3.0, requests=40, seed=5).trace()
     assert not np.array_equal(first.arrival_s, other.arrival_s)
-    assert workload.to_json() == {"mix": "mixed-v", "rate": 3.0, "requests": 40, "seed": 4, "burst_cv": None}
+    assert workload.to_json() == {
+        "mix": "mixed-v",
+        "rate": 3.0,
+        "requests": 40,
+        "seed": 4,
+        "burst_cv": None,
+        "shapes": "isolation",
+    }
 
 
 def test_a_trace_file_replays_its_rows(tmp_path: Path) -> None:

@@ -9,7 +9,13 @@ import pytest
 
 from rps_serve.workload.arrivals import gamma_arrivals, poisson_arrivals
 from rps_serve.workload.mixes import MIXES, Mix, mix_by_name
-from rps_serve.workload.shapes import RequestKind
+from rps_serve.workload.shapes import (
+    SERVING,
+    SHAPES,
+    VIDEO_TOKENS_PER_FRAME,
+    RequestKind,
+    sample_tokens,
+)
 from rps_serve.workload.trace import generate_trace, read_trace, write_trace
 
 # SPEC.md, Evaluation: (short text, long text, image, video).
@@ -98,3 +104,34 @@ def test_broken_trace_names_the_line(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"trace.jsonl:2: not a trace record"):
         read_trace(path)
+
+
+def test_serving_videos_have_the_32_frames_vllm_samples() -> None:
+    sample = sample_tokens(RequestKind.VIDEO, 500, np.random.default_rng(0), SERVING)
+    # LLaVA-OneVision: 196 pooled tokens per frame and one newline token after the last frame.
+    assert set(sample.modality_tokens.tolist()) == {32 * VIDEO_TOKENS_PER_FRAME + 1}
+    assert np.all(sample.prompt_tokens > sample.modality_tokens)
+
+
+# The answer lengths the serving shapes aim at: the datasets' ranges (workload/shapes.py).
+ANSWER_RANGES = {
+    RequestKind.SHORT_TEXT: (250, 290),
+    RequestKind.LONG_TEXT: (370, 425),
+    RequestKind.IMAGE: (120, 150),
+    RequestKind.VIDEO: (500, 700),
+}
+
+
+@pytest.mark.parametrize("kind", list(RequestKind))
+def test_serving_answers_fall_in_their_datasets_ranges(kind: RequestKind) -> None:
+    low, high = ANSWER_RANGES[kind]
+    outputs = sample_tokens(kind, 50_000, np.random.default_rng(1), SERVING).output_tokens
+    assert low <= outputs.mean() <= high
+
+
+@pytest.mark.parametrize("shapes", list(SHAPES))
+def test_shapes_change_token_counts_not_the_mix(shapes: str) -> None:
+    trace = generate_trace(MIXES["mixed-iii"], rate=10.0, n=2_000, seed=5, shapes=shapes)
+    baseline = generate_trace(MIXES["mixed-iii"], rate=10.0, n=2_000, seed=5)
+    assert np.array_equal(trace.kind, baseline.kind)
+    assert np.all(trace.prompt_tokens >= trace.modality_tokens)
