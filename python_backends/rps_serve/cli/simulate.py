@@ -12,6 +12,7 @@ from rps_serve.cli.train import add_reference_argument
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES
 from rps_serve.metrics import policy_table
 from rps_serve.profiles.reference import reference_model_names
+from rps_serve.sim.hardware import Execution
 from rps_serve.sim.run import SimulationConfig, default_shapes, run_simulation
 from rps_serve.sim.simulator import POLICY_VARIANTS
 
@@ -32,6 +33,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--classes", type=int, default=3, choices=range(MIN_CLASSES, MAX_CLASSES + 1), help="k of k-means"
     )
+    parser.add_argument(
+        "--execution",
+        choices=[e.value for e in Execution],
+        default=Execution.GRAPH.value,
+        help="CUDA graphs (vLLM's default) or eager (--enforce-eager, as the paper served)",
+    )
     add_reference_argument(parser, "model sizes (weights, KV per token) for a --profile file")
     parser.add_argument("--profile-gpus", type=int, default=1, help="GPUs a --profile file was measured on")
     parser.add_argument("--json", type=Path, metavar="FILE", required=True, help="where to write the results")
@@ -50,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         classes=args.classes,
         reference=args.reference,
         profile_gpus=args.profile_gpus,
+        execution=Execution(args.execution),
     )
     report, outcomes = run_simulation(config, policies(args))
     args.json.parent.mkdir(parents=True, exist_ok=True)

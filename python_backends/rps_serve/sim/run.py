@@ -20,7 +20,7 @@ from rps_serve.profiles.reference import reference_model, reference_model_names
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
 from rps_serve.sim.engine import StepRecord
-from rps_serve.sim.hardware import model_spec
+from rps_serve.sim.hardware import Execution, model_spec
 from rps_serve.sim.measured import is_measured_profile, read_measured_profile, with_chunk_cap
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
 from rps_serve.sim.timing import fit_lines
@@ -41,7 +41,8 @@ class SimulationConfig:
     `profile` is a reference model name, a JSONL profile file or a measured profile (`.json`,
     `sim.measured`); a JSONL file is taken as measured on `profile_gpus` GPUs with the sizes of
     `reference` (KV bytes per token, weights). `seed` drives the reference profile's records and the
-    classifier's k-means; the workload has its own.
+    classifier's k-means; the workload has its own. `execution` applies to the H100 profiles (a
+    measured profile's steps are what was measured).
     """
 
     profile: str
@@ -51,6 +52,7 @@ class SimulationConfig:
     classes: int = 3
     reference: str = "llava-onevision-qwen2-7b"
     profile_gpus: int = 1
+    execution: Execution = Execution.GRAPH
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,13 @@ def default_shapes(profile: str) -> str:
 def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
     if config.profile in reference_model_names():
         spec = model_spec(config.profile)
-        deployment = Deployment(spec, config.gpus, reference_model(config.profile).lines, spec.profile_gpus)
+        deployment = Deployment(
+            spec,
+            config.gpus,
+            reference_model(config.profile).lines,
+            spec.profile_gpus,
+            execution=config.execution,
+        )
         return deployment, reference_profile(config.profile, seed=config.seed)
     path = Path(config.profile)
     if is_measured_profile(path):
@@ -85,7 +93,11 @@ def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]
         )
     records = list(read_records(path))
     deployment = Deployment(
-        model_spec(config.reference), config.gpus, fit_lines(records), config.profile_gpus
+        model_spec(config.reference),
+        config.gpus,
+        fit_lines(records),
+        config.profile_gpus,
+        execution=config.execution,
     )
     return deployment, records
 
@@ -156,7 +168,8 @@ def run_simulation(
         results[name] = policy_result(outcomes[name], slo)
     report = {
         "config": {
-            **{k: v for k, v in asdict(config).items() if k != "workload"},
+            **{k: v for k, v in asdict(config).items() if k not in ("workload", "execution")},
+            "execution": config.execution.value,
             **config.workload.to_json(),
             "policies": list(policies),
             "kv_capacity_tokens": setup.deployment.engine_config(setup.deployment.gpus).kv_capacity_tokens,

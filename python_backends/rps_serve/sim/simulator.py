@@ -16,7 +16,7 @@ from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
 from rps_serve.sim.frontend import PreprocessCosts, worker_pool
-from rps_serve.sim.hardware import GpuSpec, ModelSpec, kv_capacity_tokens
+from rps_serve.sim.hardware import Execution, GpuSpec, ModelSpec, kv_capacity_tokens
 from rps_serve.sim.timing import TimingModel, timing_from_lines
 from rps_serve.workload.trace import Trace
 
@@ -62,7 +62,8 @@ def policy_variant(name: str) -> PolicyVariant:
 
 @dataclass(frozen=True)
 class Deployment:
-    """A model on `gpus` H100s behind vLLM, with its isolated prefill lines measured on `profile_gpus`."""
+    """A model on `gpus` H100s behind vLLM in `execution` mode, with its isolated prefill lines measured
+    (in graph mode) on `profile_gpus`."""
 
     spec: ModelSpec
     gpus: int
@@ -73,9 +74,10 @@ class Deployment:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
     block_size: int = 16
+    execution: Execution = Execution.GRAPH
 
     def timing(self, gpus: int) -> TimingModel:
-        return timing_from_lines(self.lines, self.spec, gpus, self.profile_gpus, self.gpu)
+        return timing_from_lines(self.lines, self.spec, gpus, self.profile_gpus, self.gpu, self.execution)
 
     def engine_config(self, gpus: int) -> EngineConfig:
         return EngineConfig(

@@ -9,9 +9,13 @@ Built from per-modality isolated prefill lines (published, or fitted on profile 
 - the vision encoder runs for a whole image or video in the step that starts its request's prefill;
   its cost is what the modality's line adds to the text line: (a_m - a_text) + (b_m - b_text) * v for
   v modality tokens, floored at 0.
-So a request prefilled alone in one step takes exactly its modality's line (up to the tokens of its
-question, charged at the text slope instead of the modality's), and a decode step of a 7B model
-on one H100 takes ~7 ms plus ~2.4 ms per 100,000 KV tokens.
+- every step, prefill or decode, also pays the execution mode's fixed overhead (`step_overhead_s`:
+  0 in graph mode, the kernel launches of eager mode; `hardware`).
+So a request prefilled alone in one step in graph mode takes exactly its modality's line (up to the
+tokens of its question, charged at the text slope instead of the modality's), and a graph-mode decode
+step of a 7B model on one H100 takes ~7 ms plus ~2.4 ms per 100,000 KV tokens (eager: ~8 ms more).
+The decode step's parameters are `decode_step_s` (the batch's fixed cost), `token_s` (per request in
+the batch) and `kv_token_s` (per KV token its requests attend to).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
-from rps_serve.sim.hardware import H100, GpuSpec, ModelSpec, tp_speedup
+from rps_serve.sim.hardware import H100, Execution, GpuSpec, ModelSpec, tp_speedup
 
 
 @dataclass(frozen=True)
@@ -36,13 +40,18 @@ class TimingModel:
     decode_step_s: float
     kv_token_s: float
     encoder: tuple[PrefillLine, ...]
+    step_overhead_s: float = 0.0
 
     def step_s(self, prefill_tokens: int, decodes: int, decode_context: int, encoder_s: float) -> float:
         """One step: `prefill_tokens` chunk tokens, `decodes` decoding requests reading
         `decode_context` KV tokens in all, and `encoder_s` of vision encoding."""
         fixed = max(self.prefill_step_s, self.decode_step_s) if prefill_tokens else self.decode_step_s
         return (
-            fixed + self.token_s * (prefill_tokens + decodes) + self.kv_token_s * decode_context + encoder_s
+            self.step_overhead_s
+            + fixed
+            + self.token_s * (prefill_tokens + decodes)
+            + self.kv_token_s * decode_context
+            + encoder_s
         )
 
     def encoder_s(self, modality: np.ndarray, modality_tokens: np.ndarray) -> np.ndarray:
@@ -61,11 +70,12 @@ class TimingModel:
     ) -> np.ndarray:
         """Engine time to the first token of every request run alone (chunked at the token budget)."""
         chunks = -(-prompt_tokens // max_num_batched_tokens)
-        fixed = max(self.prefill_step_s, self.decode_step_s)
+        fixed = self.step_overhead_s + max(self.prefill_step_s, self.decode_step_s)
         return chunks * fixed + self.token_s * prompt_tokens + self.encoder_s(modality, modality_tokens)
 
     def scaled(self, factor: float) -> TimingModel:
-        """Every compute cost times `factor` (decode terms are set from bandwidth separately)."""
+        """Every compute cost times `factor` (decode terms are set from bandwidth separately; kernel
+        launches do not scale)."""
         return replace(
             self,
             prefill_step_s=self.prefill_step_s * factor,
@@ -80,8 +90,10 @@ def timing_from_lines(
     gpus: int,
     profile_gpus: int | None = None,
     gpu: GpuSpec = H100,
+    execution: Execution = Execution.GRAPH,
 ) -> TimingModel:
-    """Timing on `gpus` GPUs from isolated prefill lines measured on `profile_gpus` (spec's default)."""
+    """Timing on `gpus` GPUs in `execution` mode from isolated prefill lines measured in graph mode on
+    `profile_gpus` (spec's default)."""
     text = lines[Modality.TEXT]
     encoder = tuple(
         PrefillLine(0.0, 0.0)
@@ -96,6 +108,7 @@ def timing_from_lines(
         decode_step_s=spec.weight_bytes / bandwidth,
         kv_token_s=spec.kv_bytes_per_token / bandwidth,
         encoder=encoder,
+        step_overhead_s=spec.step_overhead_s(execution),
     )
     source_gpus = spec.profile_gpus if profile_gpus is None else profile_gpus
     return measured.scaled(tp_speedup(source_gpus) / tp_speedup(gpus))

@@ -8,7 +8,7 @@ import pytest
 from rps_serve.profiles.reference import reference_model
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
-from rps_serve.sim.hardware import kv_capacity_tokens, model_spec, tp_speedup
+from rps_serve.sim.hardware import Execution, kv_capacity_tokens, model_spec, tp_speedup
 from rps_serve.sim.timing import fit_lines, timing_from_lines
 
 MODEL = "llava-onevision-qwen2-7b"
@@ -43,6 +43,23 @@ def test_tensor_parallelism_speeds_up_every_term() -> None:
     assert four.token_s == pytest.approx(one.token_s / tp_speedup(4))
     assert four.decode_step_s == pytest.approx(one.decode_step_s / tp_speedup(4))
     assert 1 < tp_speedup(2) < 2 and 2 < tp_speedup(4) < 4
+
+
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_eager_mode_adds_the_kernel_launches_to_every_step(gpus: int) -> None:
+    spec, lines = model_spec(MODEL), reference_model(MODEL).lines
+    graph = timing_from_lines(lines, spec, gpus)
+    eager = timing_from_lines(lines, spec, gpus, execution=Execution.EAGER)
+    overhead = spec.step_overhead_s(Execution.EAGER)
+    assert overhead > 0 and spec.step_overhead_s(Execution.GRAPH) == 0
+    for step in ((0, 1, 1000, 0.0), (0, 256, 500_000, 0.0), (4096, 32, 50_000, 0.01)):
+        assert eager.step_s(*step) == pytest.approx(graph.step_s(*step) + overhead)
+    # A lone prefill pays it once per chunk.
+    modality, prompt, visual = np.array([0]), np.array([20_000]), np.array([0])
+    chunks = -(-20_000 // 8192)
+    assert eager.isolated_ttft_s(modality, prompt, visual, 8192)[0] == pytest.approx(
+        graph.isolated_ttft_s(modality, prompt, visual, 8192)[0] + chunks * overhead
+    )
 
 
 def test_kv_capacity_needs_the_weights_to_fit() -> None:
