@@ -16,6 +16,7 @@ from rps_serve.requests import Modality, RequestClass
 
 PERCENTILES = (50, 90, 95, 99)
 SLO_SCALES = (1.0, 2.0, 3.0, 4.0)
+STEADY_STATE_TRIM = 0.1
 
 Summary = dict[str, float | None]
 Metrics = dict[str, Any]
@@ -62,6 +63,29 @@ class RequestRecords:
     @property
     def completed(self) -> np.ndarray:
         return ~np.isnan(self.finish_s)
+
+    def select(self, mask: np.ndarray) -> RequestRecords:
+        """The rows `mask` selects."""
+        return RequestRecords(
+            arrival_s=self.arrival_s[mask],
+            first_token_s=self.first_token_s[mask],
+            finish_s=self.finish_s[mask],
+            output_tokens=self.output_tokens[mask],
+            modality=self.modality[mask],
+            level=self.level[mask],
+            num_levels=self.num_levels,
+        )
+
+    def steady_state(self, trim: float = STEADY_STATE_TRIM) -> np.ndarray:
+        """Mask of the requests that arrived after the first `trim` and before the last `trim` of the
+        arrivals: without the ramp-up (an engine that starts empty) and the drain (nothing arrives
+        behind the last requests), whose latencies an open-loop run of finite length distorts."""
+        n = len(self.arrival_s)
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        order = np.sort(self.arrival_s)
+        start, end = order[round(trim * (n - 1))], order[round((1 - trim) * (n - 1))]
+        return (self.arrival_s >= start) & (self.arrival_s <= end)
 
     def class_names(self) -> np.ndarray:
         """`RequestClass` label of every request (middle levels of k > 3 count as pebbles)."""

@@ -60,3 +60,22 @@ def test_slo_goodput_and_severity() -> None:
     two = report["2x"]
     assert two["violation_rate"] == pytest.approx(1 / 4)  # only the unfinished video
     assert two["by_modality"]["text"] == 0.0 and two["by_modality"]["video"] == 1.0
+
+
+def test_the_steady_state_leaves_out_ramp_up_and_drain() -> None:
+    rng = np.random.default_rng(0)
+    arrival = np.sort(rng.uniform(0, 100, 1000))
+    records = RequestRecords(
+        arrival_s=rng.permutation(arrival),
+        first_token_s=np.zeros(1000),
+        finish_s=np.ones(1000),
+        output_tokens=np.ones(1000, dtype=np.int64),
+        modality=np.zeros(1000, dtype=np.int64),
+        level=np.zeros(1000, dtype=np.int64),
+    )
+    steady = records.steady_state(trim=0.1)
+    kept = records.select(steady)
+    assert abs(len(kept.arrival_s) - 800) <= 2
+    assert kept.arrival_s.min() >= arrival[99] and kept.arrival_s.max() <= arrival[900]
+    outside = (records.arrival_s < kept.arrival_s.min()) | (records.arrival_s > kept.arrival_s.max())
+    assert np.array_equal(~steady, outside)

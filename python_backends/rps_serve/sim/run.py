@@ -139,8 +139,18 @@ def run_policy(
 
 
 def policy_result(outcome: SimOutcome, slo_s: dict[Modality, float]) -> dict[str, Any]:
+    """Metrics of every request, and (`steady_state`) of those between ramp-up and drain."""
+    steady = outcome.records.steady_state()
+    window = outcome.records.arrival_s[steady]
+    start, end = (float(window.min()), float(window.max())) if window.size else (0.0, 0.0)
+    steady_records = outcome.records.select(steady)
     return {
         **grouped_metrics(outcome.records),
+        "steady_state": {
+            "window_s": [start, end],
+            **grouped_metrics(steady_records),
+            "slo": slo_metrics(steady_records, slo_s, end - start),
+        },
         "utilization": outcome.utilization,
         "idle_capacity": 1.0 - outcome.utilization,
         "completed": int(outcome.records.completed.sum()),

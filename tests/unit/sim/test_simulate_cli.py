@@ -46,6 +46,11 @@ def test_simulate_writes_the_documented_json(tmp_path: Path, capsys: pytest.Capt
         assert result["completed"] == 150
         assert isinstance(result["preemptions"], int)
         assert set(result["slo"]) >= {"1x", "2x", "3x", "4x"}
+        steady = result["steady_state"]
+        start, end = steady["window_s"]
+        assert 0 <= start < end and 0 < steady["overall"]["count"] < 150
+        _check_m(steady["overall"])
+        assert set(steady["slo"]) >= {"1x", "2x", "3x", "4x"}
     assert plot.stat().st_size > 0
     assert "rps" in capsys.readouterr().out
 
