@@ -1,16 +1,20 @@
-"""Simulator fidelity on the CPU stack: one trace on the real server and in the simulator, FCFS and RPS.
+"""Simulator fidelity on the CPU stack: the same traces on the real server and in the simulator.
 
 1. `rps-serve profile` the tiny model (engine settings of model.json; skipped when complete);
-2. `rps-serve trace` one workload trace;
-3. per policy, a fresh `rps-serve serve --policy P` and `rps-serve bench --trace` against it
+2. the rate the server sustains, measured closed-loop on a fresh `rps-serve serve` (as `rps-serve
+   demo` measures it), unless `--rate` gives the rates;
+3. per load (`--load-fraction` x that rate): `rps-serve trace` one workload trace, then per policy a
+   fresh `rps-serve serve --policy P` and `rps-serve bench --trace` against it through `rps_ensemble`
    (its isolated runs, one request at a time, come first);
 4. a measured simulator profile (`rps_serve.sim.measured`): prefill lines from the profile, decode
-   step and front-end cost from the isolated runs of step 3 (no loaded run is used);
+   step and front-end cost from the isolated runs of step 3 (no loaded run is used), the front-end
+   workers of model.json;
 5. `rps-serve simulate --profile measured.json --trace served.jsonl`, where served.jsonl is the trace
    with the token counts the server saw (the bench's prompts, tokenized; the model's media sizes);
-6. error of mean and P90 TTFT per modality, simulated against measured: `fidelity.json` and a table.
+6. error of TTFT mean and P90 per modality and of TPOT mean, simulated against measured, per load:
+   `fidelity.json` and a table.
 
-`python benchmarks/fidelity.py --out out/fidelity` (`make fidelity`); about 10 minutes on 2 cores.
+`python benchmarks/fidelity.py --out out/fidelity` (`make fidelity`); about 15 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
@@ -61,9 +68,9 @@ def _profile(out: Path, repeats: int) -> Path:
     return path
 
 
-def _bench_on_fresh_server(policy: str, out: Path, bench_args: list[str]) -> Path:
-    """`rps-serve serve --policy` in the background, `rps-serve bench` against it, then stop it."""
-    workdir = out / f"server-{policy}"
+@contextmanager
+def _serve(policy: str, workdir: Path) -> Iterator[str]:
+    """`rps-serve serve --policy` in the background, its gRPC address while it runs."""
     command = [*CLI, "serve", "--policy", policy, "--workdir", str(workdir),
                "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
     print("$", " ".join(["rps-serve", *command[1:]]), "&", flush=True)
@@ -78,13 +85,19 @@ def _bench_on_fresh_server(policy: str, out: Path, bench_args: list[str]) -> Pat
                 break
         if url is None:
             raise RuntimeError(f"rps-serve serve exited with {server.wait()}; see {workdir}/tritonserver.log")
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(120)
+
+
+def _bench_on_fresh_server(policy: str, out: Path, bench_args: list[str]) -> Path:
+    """`rps-serve bench` against a fresh server running `policy`."""
+    with _serve(policy, out / f"server-{policy}") as url:
         result = out / f"bench-{policy}.json"
         _run([*CLI, "bench", "--url", url, *bench_args, "--label", policy, "--json", str(result),
               "--plot", str(out / f"bench-{policy}.png"), "--no-progress"])  # fmt: skip
         return result
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(120)
 
 
 def served_trace(trace: Trace, media: TinyModelSpec, limits: ContentLimits, seed: int) -> Trace:
@@ -142,6 +155,7 @@ def measured_profile(
         max_num_seqs=MAX_NUM_SEQS,
         rps_chunk_cap_tokens=int(settings.rps.get("chunk_cap_tokens", RPSConfig().chunk_cap_tokens)),
         cost_profile=COST_PROFILE,
+        front_end_workers=settings.front_end_workers,
     )
     front = front_end_seconds(draft.deployment(), repeated, _isolated(reports, isolated, "ttft_s"))
     return MeasuredProfile(**{**draft.__dict__, "front_end_s": front})
@@ -157,61 +171,68 @@ def _error(simulated: float | None, measured: float | None) -> float | None:
     return simulated / measured - 1
 
 
-def compare(bench: dict[str, dict[str, Any]], simulated: dict[str, Any]) -> list[dict[str, Any]]:
+# What is compared: (group, name, metric, stat) of the metrics JSON; group "overall" has no name.
+COMPARED = [
+    *(("by_modality", m.value, "ttft", stat) for m in Modality for stat in ("mean", "p90")),
+    ("overall", "", "tpot", "mean"),
+]
+
+
+def compare(load: str, bench: dict[str, dict[str, Any]], simulated: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for policy, report in bench.items():
-        real = report["results"][policy]["by_modality"]
-        sim = simulated["results"][policy]["by_modality"]
-        for modality in Modality:
-            for stat in ("mean", "p90"):
-                measured, predicted = real[modality.value]["ttft"][stat], sim[modality.value]["ttft"][stat]
-                rows.append(
-                    {
-                        "policy": policy,
-                        "modality": modality.value,
-                        "stat": stat,
-                        "measured_s": measured,
-                        "simulated_s": predicted,
-                        "error": _error(predicted, measured),
-                        "count": real[modality.value]["count"],
-                    }
-                )
+        for group, name, metric, stat in COMPARED:
+            real = report["results"][policy][group]
+            sim = simulated["results"][policy][group]
+            if name:
+                real, sim = real[name], sim[name]
+            measured, predicted = real[metric][stat], sim[metric][stat]
+            rows.append(
+                {
+                    "load": load,
+                    "policy": policy,
+                    "what": f"{name or 'all'} {metric}",
+                    "stat": stat,
+                    "measured_s": measured,
+                    "simulated_s": predicted,
+                    "error": _error(predicted, measured),
+                    "count": real["count"],
+                }
+            )
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def _sustained_rate(out: Path, args: argparse.Namespace, limits: ContentLimits) -> float:
+    """Completed requests per second of a fresh server with 16 requests always in flight."""
+    workdir = out / "server-capacity"
+    with _serve("fcfs", workdir) as url:
+        requests = request_stream(args.mix, TinyModelSpec.load(TINY_MODEL), args.seed, args.seed, limits)
+        capacity = measure_capacity(url, requests, args.calibrate_s)
+    print(
+        f"sustained {capacity.rate:.2f} req/s ({capacity.completed} in {capacity.duration_s:g} s)", flush=True
     )
-    parser.add_argument("--out", type=Path, default=Path("out/fidelity"))
-    parser.add_argument("--mix", default="mixed-iii")
-    parser.add_argument("--rate", type=float, default=2.0)
-    parser.add_argument("--requests", type=int, default=150)
-    parser.add_argument(
-        "--seed", type=int, default=0, help="trace and content (0: the server's cost-model seed)"
-    )
-    parser.add_argument("--max-output-tokens", type=int, default=64)
-    parser.add_argument("--isolated", type=int, default=5, help="isolated requests per modality per server")
-    parser.add_argument("--policies", default="fcfs,rps")
-    parser.add_argument("--profile-repeats", type=int, default=5)
-    parser.add_argument(
-        "--reuse-bench",
-        action="store_true",
-        help="keep the bench-POLICY.json of an earlier run (rebuild the rest)",
-    )
-    args = parser.parse_args()
+    if capacity.rate <= 0:
+        raise RuntimeError(f"the server completed no request in {args.calibrate_s:g} s")
+    return capacity.rate
 
-    out = args.out
+
+def _measure_load(
+    name: str,
+    out: Path,
+    rate: float,
+    args: argparse.Namespace,
+    limits: ContentLimits,
+    profile: Path,
+    policies: list[str],
+) -> list[dict[str, Any]]:
+    """One trace at `rate` on the real server under every policy and in the simulator; the rows."""
     out.mkdir(parents=True, exist_ok=True)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    profile = _profile(out, args.profile_repeats)
     trace_file = out / "trace.jsonl"
-    _run([*CLI, "trace", "--mix", args.mix, "--rate", str(args.rate), "--requests", str(args.requests),
+    _run([*CLI, "trace", "--mix", args.mix, "--rate", f"{rate:.3f}", "--requests", str(args.requests),
           "--seed", str(args.seed), "--out", str(trace_file)])  # fmt: skip
-    limits = ContentLimits(max_text_tokens=4096, max_output_tokens=args.max_output_tokens)
     bench_args = ["--trace", str(trace_file), "--seed", str(args.seed), "--isolated", str(args.isolated),
                   "--max-text-tokens", str(limits.max_text_tokens),
-                  "--max-output-tokens", str(args.max_output_tokens)]  # fmt: skip
+                  "--max-output-tokens", str(limits.max_output_tokens)]  # fmt: skip
     bench = {}
     for policy in policies:
         result = out / f"bench-{policy}.json"
@@ -232,16 +253,56 @@ def main() -> int:
     simulated_file = out / "simulate.json"
     _run([*CLI, "simulate", "--profile", str(profile_file), "--trace", str(served_file), "--seed", "0",
           "--policies", ",".join(policies), "--json", str(simulated_file)])  # fmt: skip
-    rows = compare(bench, json.loads(simulated_file.read_text()))
+    return compare(name, bench, json.loads(simulated_file.read_text()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=Path("out/fidelity"))
+    parser.add_argument("--mix", default="mixed-iii")
+    parser.add_argument("--rate", help="arrival rates, comma-separated (default: --load-fraction)")
+    parser.add_argument(
+        "--load-fraction", default="0.6,0.9", help="these x the measured sustained rate, comma-separated"
+    )
+    parser.add_argument("--calibrate-s", type=float, default=60.0, help="how long to measure the rate")
+    parser.add_argument("--requests", type=int, default=150)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="trace and content (0: the server's cost-model seed)"
+    )
+    parser.add_argument("--max-output-tokens", type=int, default=64)
+    parser.add_argument("--isolated", type=int, default=5, help="isolated requests per modality per server")
+    parser.add_argument("--policies", default="fcfs,rps")
+    parser.add_argument("--profile-repeats", type=int, default=5)
+    parser.add_argument(
+        "--reuse-bench",
+        action="store_true",
+        help="keep the bench-POLICY.json of an earlier run (rebuild the rest)",
+    )
+    args = parser.parse_args()
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    profile = _profile(out, args.profile_repeats)
+    limits = ContentLimits(max_text_tokens=4096, max_output_tokens=args.max_output_tokens)
+    if args.rate:
+        loads = {f"{float(r):g} req/s": float(r) for r in args.rate.split(",")}
+    else:
+        sustained = _sustained_rate(out, args, limits)
+        loads = {f"{float(f):g}x": float(f) * sustained for f in args.load_fraction.split(",")}
+    rows = []
+    for name, rate in loads.items():
+        print(f"\nload {name}: {rate:.2f} req/s", flush=True)
+        folder = out / f"load-{rate:.2f}"
+        rows += _measure_load(name, folder, rate, args, limits, profile, policies)
     (out / "fidelity.json").write_text(
-        json.dumps(
-            {"settings": vars(args) | {"out": str(out)}, "profile": measured.to_json(), "rows": rows},
-            indent=1,
-        )
+        json.dumps({"settings": vars(args) | {"out": str(out)}, "loads": loads, "rows": rows}, indent=1)
         + "\n"
     )
     print(
-        f"{'policy':<6} {'modality':<6} {'stat':<4} {'n':>4} {'measured s':>10} {'simulated s':>11}"
+        f"{'load':<8} {'policy':<6} {'what':<10} {'stat':<4} {'n':>4} {'measured s':>10} {'simulated s':>11}"
         f" {'error':>7}"
     )
     for r in rows:
@@ -249,7 +310,7 @@ def main() -> int:
         measured_s = "-" if r["measured_s"] is None else f"{r['measured_s']:.3f}"
         simulated_s = "-" if r["simulated_s"] is None else f"{r['simulated_s']:.3f}"
         print(
-            f"{r['policy']:<6} {r['modality']:<6} {r['stat']:<4} {r['count']:>4} {measured_s:>10}"
+            f"{r['load']:<8} {r['policy']:<6} {r['what']:<10} {r['stat']:<4} {r['count']:>4} {measured_s:>10}"
             f" {simulated_s:>11} {error:>7}"
         )
     print(f"wrote {out / 'fidelity.json'}")

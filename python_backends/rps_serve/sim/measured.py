@@ -8,7 +8,8 @@ Built from two kinds of isolated runs, never from a loaded run:
   (`rps-serve bench`'s isolated runs). Time per output token on the request's context is a line:
   its intercept is the decode step, its slope the cost of attending to one KV token. The front end
   (gRPC, ensemble steps, media decoding, vLLM's input processing) is what the server's isolated
-  TTFT adds to the engine's, per modality, modelled as one first-come-first-served worker.
+  TTFT adds to the engine's, per modality, modelled as the server's front-end workers
+  (`front_end_workers`), class-ordered under the class-aware policies as in `vllm_model`.
 The cost model is the one the server's repository was trained from (`cost_profile`).
 """
 
@@ -75,6 +76,7 @@ class MeasuredProfile:
     max_num_seqs: int
     rps_chunk_cap_tokens: int
     cost_profile: str
+    front_end_workers: int = 1  # vllm_model's front_end_workers (model.json)
 
     def deployment(self) -> MeasuredDeployment:
         front = self.front_end_s
@@ -86,7 +88,7 @@ class MeasuredProfile:
             image_tile_s=0.0,
             video_base_s=max(front[Modality.VIDEO] - text, 0.0),
             video_frame_s=0.0,
-            workers=1,
+            workers=self.front_end_workers,
         )
         # One "GPU" (the machine); the model sizes only feed terms this deployment overrides.
         spec = ModelSpec(self.name, parameters=0.0, layers=1, kv_heads=1, head_dim=1, profile_gpus=1)
