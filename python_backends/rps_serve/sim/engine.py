@@ -15,11 +15,16 @@ Each step, as vLLM V1 does it:
    token; finished requests free their blocks.
 Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
 tokens again from the waiting queue and keeps the tokens it already produced.
+
+`run()` replays all requests at their `ready_s`; an engine can also be driven online, as a replica
+behind a router is: `add()` hands it a request at its current time, `run_until()` advances it, `drain()`
+finishes what it holds.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,7 +57,8 @@ class EngineConfig:
 class EngineWork:
     """The requests handed to the engine, as parallel arrays.
 
-    `ready_s`: when the scheduler sees the request (after preprocessing and any remote encoding);
+    `ready_s`: when the scheduler sees the request (after preprocessing and any remote encoding), for
+    `Engine.run()`; an engine driven online gets each request from `Engine.add()` instead;
     `arrival_s`: when the client sent it (ages and scores count from here, as vLLM's `arrival_time`);
     `encoder_s`: vision-encoder seconds charged to the step that starts its prefill (0 if encoded elsewhere);
     `modality_tokens`: what that encoding draws from the step's encoder budget.
@@ -69,7 +75,11 @@ class EngineWork:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """What one step did; handed to an observer (tests, traces)."""
+    """What one step did; handed to an observer (tests, traces, a router's view of the replica).
+
+    `first_token_ids` and `finished_ids`: the requests that sampled their first token, and those that
+    finished, at the end of the step.
+    """
 
     start_s: float
     duration_s: float
@@ -79,6 +89,8 @@ class StepRecord:
     running: int
     used_blocks: int
     preemptions: int
+    first_token_ids: tuple[int, ...] = ()
+    finished_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,8 @@ class Engine:
         self.running = np.empty(0, dtype=np.int64)
         self.finished = 0
         self.preemption_count = 0
+        self.busy_s = 0.0
+        self.steps = 0
         self._preempted_last = False
         self._fcfs_victims = queues.regulator.policy is Policy.FCFS
         self._chunk_limit = 0  # vLLM's long_prefill_token_threshold for the current step; 0: none
@@ -353,29 +367,46 @@ class Engine:
                     running=len(self.running),
                     used_blocks=self.config.num_blocks - self.free_blocks,
                     preemptions=self.preemption_count - preemptions_before,
+                    first_token_ids=tuple(first.tolist()),
+                    finished_ids=tuple(done.tolist()),
                 )
             )
         return duration
 
-    def run(self) -> EngineResult:
-        """Simulate until every request has finished."""
-        n = len(self.work.ready_s)
-        order = np.argsort(self.work.ready_s, kind="stable").tolist()
-        ready = self.work.ready_s.tolist()
-        next_index = 0
-        busy = 0.0
-        steps = 0
-        while self.finished < n:
-            if not self.running.size and not self.queues:
-                self.now = max(self.now, ready[order[next_index]])
-            while next_index < n and ready[order[next_index]] <= self.now:
-                request = order[next_index]
-                self.queues.add(request, self._level[request], self._arrival[request])
-                next_index += 1
+    def add(self, request: int) -> None:
+        """Hand request `request` (an index into `work`) to the waiting queue at the engine's current time."""
+        self.queues.add(request, self._level[request], self._arrival[request])
+
+    def _has_work(self) -> bool:
+        return bool(self.running.size) or bool(self.queues)
+
+    def _step_while_before(self, t: float) -> None:
+        """Run steps while there is work and the clock is before `t` (a step may end past `t`)."""
+        while self.now < t and self._has_work():
             duration = self.step()
             if duration == 0.0 and not self.running.size and not self._preempted_last:
                 raise RuntimeError("engine stalled: a waiting request can never be admitted")
-            busy += duration
-            steps += duration > 0.0
-        logger.info("engine: %d steps, %.1f s busy, %d preemptions", steps, busy, self.preemptions.sum())
-        return EngineResult(self.first_token, self.finish, self.preemptions, busy, steps)
+            self.busy_s += duration
+            self.steps += duration > 0.0
+
+    def run_until(self, t: float) -> None:
+        """Run steps while there is work and the clock is before `t` (the last may end past `t`); an
+        engine left idle waits, its clock moving to `t`."""
+        self._step_while_before(t)
+        self.now = max(self.now, t)
+
+    def drain(self) -> None:
+        """Run steps until every request handed to the engine has finished."""
+        self._step_while_before(math.inf)
+
+    def run(self) -> EngineResult:
+        """Hand every request to the engine at its `ready_s` and simulate until all have finished."""
+        ready = self.work.ready_s.tolist()
+        for request in np.argsort(self.work.ready_s, kind="stable").tolist():
+            self.run_until(ready[request])
+            self.add(request)
+        self.drain()
+        logger.info(
+            "engine: %d steps, %.1f s busy, %d preemptions", self.steps, self.busy_s, self.preemptions.sum()
+        )
+        return EngineResult(self.first_token, self.finish, self.preemptions, self.busy_s, self.steps)

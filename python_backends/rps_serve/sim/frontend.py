@@ -1,6 +1,7 @@
 """Stages before the engine: front-end preprocessing and, in ModServe mode, encoder GPUs.
 
-Both are pools of identical workers; a free worker takes the next ready request. The encoder GPUs
+Both are pools of identical workers; a free worker takes the next ready request. `WorkerPool` runs
+a pool online, as jobs arrive; `worker_pool` runs it over a whole trace. The encoder GPUs
 and the stock policies' front end take requests in arrival order. Under the class-aware policies the
 front end takes them in order of (class level, arrival), as `vllm_model`'s front-end workers decode
 and render (`triton.front_end`): a text never queues behind media waiting for a worker.
@@ -14,6 +15,8 @@ TTFT under load (ENVIRONMENT.md); on H100 it is small next to queueing but not z
 from __future__ import annotations
 
 import heapq
+import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +49,54 @@ class PreprocessCosts:
         return np.asarray(text + media)
 
 
+class WorkerPool:
+    """Identical workers fed online: jobs are submitted in order of ready time and the pool is advanced
+    through time; a free worker takes, among the jobs ready by then, the one of lowest level, then
+    earliest ready, then lowest id. A job with zero service passes straight through.
+
+    `advance(t)` makes every choice due before `t`, which only needs the jobs ready before `t`: a job
+    ready at `t` must be submitted before the pool is advanced past `t`.
+    """
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"need at least one worker, got {workers}")
+        self._free_at = [0.0] * workers
+        self._arrivals: deque[tuple[int, float, float, int]] = deque()  # (level, ready, service, id)
+        self._waiting: list[tuple[int, float, int, float]] = []  # heap of (level, ready, id, service)
+        self._last_ready = -math.inf
+
+    def submit(self, job: int, ready_s: float, service_s: float, level: int = 0) -> list[tuple[int, float]]:
+        """Queue a job; returns `[(job, ready_s)]` if it needs no service, else nothing."""
+        if ready_s < self._last_ready:
+            raise ValueError(
+                f"job {job} is ready at {ready_s}, before an earlier submission ({self._last_ready})"
+            )
+        self._last_ready = ready_s
+        if service_s <= 0.0:
+            return [(job, ready_s)]
+        self._arrivals.append((level, ready_s, service_s, job))
+        return []
+
+    def advance(self, t: float) -> list[tuple[int, float]]:
+        """Start every job that a worker takes before `t`; returns (job, finish time) for each."""
+        started: list[tuple[int, float]] = []
+        free_at, waiting, arrivals = self._free_at, self._waiting, self._arrivals
+        while waiting or arrivals:
+            now = free_at[0]
+            if not waiting:
+                now = max(now, arrivals[0][1])
+            if now >= t:
+                break
+            while arrivals and arrivals[0][1] <= now:
+                level, ready, service, job = arrivals.popleft()
+                heapq.heappush(waiting, (level, ready, job, service))
+            _, _, job, service = heapq.heappop(waiting)
+            heapq.heapreplace(free_at, now + service)
+            started.append((job, now + service))
+        return started
+
+
 def worker_pool(
     ready_s: np.ndarray, service_s: np.ndarray, workers: int, levels: np.ndarray | None = None
 ) -> tuple[np.ndarray, float]:
@@ -54,25 +105,13 @@ def worker_pool(
     A free worker takes, among the jobs ready by then, the one of lowest level (when `levels` is
     given), then earliest ready, then lowest index; a job with zero service passes straight through.
     """
-    if workers < 1:
-        raise ValueError(f"need at least one worker, got {workers}")
+    pool = WorkerPool(workers)
     done = np.array(ready_s, dtype=np.float64)
     service = np.asarray(service_s, dtype=np.float64)
     ready_list, service_list = done.tolist(), service.tolist()
     level_list = [0] * len(done) if levels is None else np.asarray(levels).tolist()
-    arrivals = [i for i in np.argsort(done, kind="stable").tolist() if service_list[i] > 0.0]
-    free_at = [0.0] * workers
-    waiting: list[tuple[int, float, int]] = []
-    next_arrival = 0
-    while next_arrival < len(arrivals) or waiting:
-        now = heapq.heappop(free_at)
-        if not waiting:
-            now = max(now, ready_list[arrivals[next_arrival]])
-        while next_arrival < len(arrivals) and ready_list[arrivals[next_arrival]] <= now:
-            job = arrivals[next_arrival]
-            heapq.heappush(waiting, (level_list[job], ready_list[job], job))
-            next_arrival += 1
-        _, _, job = heapq.heappop(waiting)
-        done[job] = now + service_list[job]
-        heapq.heappush(free_at, float(done[job]))
+    for job in np.argsort(done, kind="stable").tolist():
+        pool.submit(job, ready_list[job], service_list[job], level_list[job])
+    for job, finish in pool.advance(math.inf):
+        done[job] = finish
     return done, float(np.sum(service))

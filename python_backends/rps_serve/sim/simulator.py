@@ -142,42 +142,66 @@ def simulate(
     else:
         ready, local = preprocessed, timing.encoder_s(trace.modality, trace.modality_tokens)
 
+    engine = engine_for(trace, ready, local, levels, num_levels, variant, deployment, llm_gpus, observer)
+    result = engine.run()
+    records = trace_records(trace, result.first_token_s, result.finish_s, levels, num_levels)
+    makespan = float(np.nanmax(result.finish_s) - trace.arrival_s[0]) if len(trace) else 0.0
+    gpu_seconds = result.busy_s * llm_gpus + encoder_busy
+    utilization = gpu_seconds / (deployment.gpus * makespan) if makespan > 0 else 0.0
+    return SimOutcome(records, ready, utilization, int(result.preemptions.sum()), result.steps, makespan)
+
+
+def engine_for(
+    trace: Trace,
+    ready_s: np.ndarray,
+    encoder_s: np.ndarray,
+    levels: np.ndarray,
+    num_levels: int,
+    variant: PolicyVariant,
+    deployment: Deployment,
+    gpus: int,
+    observer: Callable[[StepRecord], None] | None = None,
+) -> Engine:
+    """The LLM engine of the requests of `trace` on `gpus` of the deployment's GPUs under `variant`,
+    with `encoder_s` of vision encoding charged to its steps; its Queue Manager reads the engine's clock."""
     clock = _EngineClock()
     queues: ClassQueues[int] = ClassQueues(
         PriorityRegulator(variant.policy, class_ladder(num_levels)), clock=clock
     )
     engine = Engine(
         EngineWork(
-            ready_s=ready,
+            ready_s=ready_s,
             arrival_s=trace.arrival_s,
             prompt_tokens=trace.prompt_tokens,
             output_tokens=trace.output_tokens,
             modality_tokens=trace.modality_tokens,
-            encoder_s=local,
+            encoder_s=encoder_s,
             level=levels,
         ),
-        deployment.engine_config(llm_gpus),
-        timing,
+        deployment.engine_config(gpus),
+        deployment.timing(gpus),
         queues,
         PreemptionRule.for_policy(variant.policy),
         variant.chunk_cap_tokens,
         observer,
     )
     clock.engine = engine
-    result = engine.run()
-    records = RequestRecords(
+    return engine
+
+
+def trace_records(
+    trace: Trace, first_token_s: np.ndarray, finish_s: np.ndarray, levels: np.ndarray, num_levels: int
+) -> RequestRecords:
+    """Per-request records of `trace` from its first-token and finish times."""
+    return RequestRecords(
         arrival_s=trace.arrival_s,
-        first_token_s=result.first_token_s,
-        finish_s=result.finish_s,
+        first_token_s=first_token_s,
+        finish_s=finish_s,
         output_tokens=trace.output_tokens,
         modality=trace.modality,
         level=levels,
         num_levels=num_levels,
     )
-    makespan = float(np.nanmax(result.finish_s) - trace.arrival_s[0]) if len(trace) else 0.0
-    gpu_seconds = result.busy_s * llm_gpus + encoder_busy
-    utilization = gpu_seconds / (deployment.gpus * makespan) if makespan > 0 else 0.0
-    return SimOutcome(records, ready, utilization, int(result.preemptions.sum()), result.steps, makespan)
 
 
 class _EngineClock:
