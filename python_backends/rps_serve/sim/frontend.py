@@ -35,7 +35,7 @@ class PreprocessCosts:
     image_tile_s: float = 4e-3
     video_base_s: float = 15e-3
     video_frame_s: float = 3e-3
-    workers: int = 1
+    workers: int = 2  # vllm_model's front_end_workers default (model.json)
 
     def seconds(
         self, modality: np.ndarray, prompt_tokens: np.ndarray, modality_tokens: np.ndarray

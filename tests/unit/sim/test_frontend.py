@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from rps_serve.sim.frontend import worker_pool
+from rps_serve.sim.frontend import PreprocessCosts, worker_pool
+from rps_serve.triton.repository import REPOSITORY
+from rps_serve.triton.settings import SETTINGS_FILE, ServingSettings
 
 
 def test_one_worker_in_arrival_order_queues_each_job_behind_the_earlier_ones() -> None:
@@ -34,3 +38,9 @@ def test_class_order_lets_a_light_job_overtake_queued_heavy_ones() -> None:
 def test_an_idle_worker_waits_for_the_next_arrival_and_free_jobs_pass_through() -> None:
     done, _ = worker_pool(np.array([0.0, 5.0, 6.0]), np.array([1.0, 0.0, 1.0]), workers=1)
     assert done.tolist() == pytest.approx([1.0, 5.0, 7.0])
+
+
+def test_the_default_front_end_has_the_servers_workers() -> None:
+    settings = json.loads((REPOSITORY / SETTINGS_FILE).read_text())
+    assert PreprocessCosts().workers == settings["front_end_workers"]
+    assert PreprocessCosts().workers == ServingSettings.__dataclass_fields__["front_end_workers"].default
