@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,7 @@ LARGE = "llava-onevision-qwen2-72b"
 # The done-when operating point: FCFS text P99 TTFT is past 1 s here (1 GPU, mixed-iii).
 RATE_1GPU = 14.0
 SEEDS = (0, 1, 2, 3, 4)
+Runner = TypeVar("Runner")
 # Mean prompt + output tokens per request of each mix (shapes.py), to load every mix alike.
 MIX_TOKENS = {"mixed-i": 1177, "mixed-ii": 1405, "mixed-iii": 1617, "mixed-iv": 1766, "mixed-v": 2005}
 
@@ -209,6 +210,14 @@ class Experiments:
         print(f"\nsand stops at {scenario.sand_until_s} s; the rock arrived at {scenario.rock_arrival_s} s")
 
 
+def run_chosen(name: str, commands: Mapping[str, Callable[[Runner], None]], runner: Runner) -> None:
+    """The command `name` names, or every one for "all", each under a Markdown heading."""
+    for command, run in commands.items():
+        if name in (command, "all"):
+            print(f"\n## {command}\n")
+            run(runner)
+
+
 def main() -> None:
     experiments: dict[str, Callable[[Experiments], None]] = {
         "done-when": Experiments.done_when,
@@ -227,11 +236,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/experiments"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    runner = Experiments(args.requests, args.out)
-    for name, experiment in experiments.items():
-        if args.name in (name, "all"):
-            print(f"\n## {name}\n")
-            experiment(runner)
+    run_chosen(args.name, experiments, Experiments(args.requests, args.out))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments import run_chosen
 from rps_serve.metrics import RequestRecords
 from rps_serve.sim.hardware import Execution, tp_speedup
 from rps_serve.sim.plots import plot_latency_vs_load
@@ -324,11 +325,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/paper-figures"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    runner = PaperFigures(args.requests, args.seed, args.out)
-    for name, figure in figures.items():
-        if args.name in (name, "all"):
-            print(f"\n## {name}\n")
-            figure(runner)
+    run_chosen(args.name, figures, PaperFigures(args.requests, args.seed, args.out))
 
 
 if __name__ == "__main__":

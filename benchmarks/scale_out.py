@@ -18,10 +18,8 @@ from typing import Any
 
 from experiments import RATE_1GPU, SMALL
 from rps_serve.metrics import grouped_metrics
-from rps_serve.sim.cluster import simulate_cluster
 from rps_serve.sim.routing import Routing
-from rps_serve.sim.run import SimulationConfig, prepare
-from rps_serve.sim.simulator import policy_variant
+from rps_serve.sim.run import SimulationConfig, prepare, run_cluster
 from rps_serve.workload.source import SyntheticWorkload
 
 MIX = "mixed-iii"
@@ -37,15 +35,7 @@ def _run(replicas: int, requests: int, seed: int) -> list[dict[str, Any]]:
     runs = []
     for routing in routers:
         for policy in POLICIES:
-            outcome = simulate_cluster(
-                setup.trace,
-                setup.levels,
-                setup.num_levels,
-                policy_variant(policy),
-                setup.deployment,
-                replicas,
-                routing,
-            )
+            outcome = run_cluster(setup, policy, replicas, routing)
             runs.append(
                 {
                     "replicas": replicas,

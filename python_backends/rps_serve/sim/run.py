@@ -19,9 +19,11 @@ from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.profiles.reference import reference_model, reference_model_names
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
+from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
 from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import Execution, model_spec
 from rps_serve.sim.measured import is_measured_profile, read_measured_profile, with_chunk_cap
+from rps_serve.sim.routing import Routing
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
 from rps_serve.sim.timing import fit_lines
 from rps_serve.workload.shapes import ISOLATION, SERVING
@@ -136,6 +138,14 @@ def run_policy(
     if variant.naive_classes:
         return simulate(setup.trace, setup.naive_levels, len(Modality), variant, setup.deployment, observer)
     return simulate(setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, observer)
+
+
+def run_cluster(setup: SimulationSetup, name: str, replicas: int, routing: Routing) -> ClusterOutcome:
+    """`run_policy` on `replicas` copies of the deployment behind a `routing` router."""
+    variant = policy_variant(name)
+    return simulate_cluster(
+        setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, replicas, routing
+    )
 
 
 def policy_result(outcome: SimOutcome, slo_s: dict[Modality, float]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
 from rps_serve.sim.frontend import PreprocessCosts, WorkerPool, worker_pool
 from rps_serve.sim.routing import Backlog, Router, Routing
-from rps_serve.sim.run import SimulationConfig, SimulationSetup, prepare
+from rps_serve.sim.run import SimulationConfig, SimulationSetup, prepare, run_cluster
 from rps_serve.sim.simulator import Deployment, policy_variant, simulate
 from rps_serve.workload.source import SyntheticWorkload
 
@@ -47,15 +47,7 @@ def several() -> SimulationSetup:
 
 
 def _cluster(setup: SimulationSetup, policy: str, replicas: int, routing: Routing) -> ClusterOutcome:
-    return simulate_cluster(
-        setup.trace,
-        setup.levels,
-        setup.num_levels,
-        policy_variant(policy),
-        setup.deployment,
-        replicas,
-        routing,
-    )
+    return run_cluster(setup, policy, replicas, routing)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "rps"])
