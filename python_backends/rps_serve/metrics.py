@@ -64,6 +64,13 @@ class RequestRecords:
     def completed(self) -> np.ndarray:
         return ~np.isnan(self.finish_s)
 
+    @property
+    def makespan_s(self) -> float:
+        """From the first arrival to the last finish; 0 when no request completed."""
+        if not self.completed.any():
+            return 0.0
+        return float(np.nanmax(self.finish_s) - np.min(self.arrival_s))
+
     def select(self, mask: np.ndarray) -> RequestRecords:
         """The rows `mask` selects."""
         return RequestRecords(

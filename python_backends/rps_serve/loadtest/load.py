@@ -169,9 +169,7 @@ def bench_report(
     gpu: dict[str, Any],
 ) -> dict[str, Any]:
     """`rps-serve simulate`'s JSON shape for one measured run, keyed by `config.label`."""
-    makespan = (
-        float(np.nanmax(records.finish_s) - np.nanmin(records.arrival_s)) if records.completed.any() else 0.0
-    )
+    makespan = records.makespan_s
     settings: dict[str, Any] = {
         k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items() if k != "workload"
     }

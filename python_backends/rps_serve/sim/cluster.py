@@ -137,10 +137,11 @@ def simulate_cluster(
         mine = chosen == index
         first_token_s[mine] = member.engine.first_token[mine]
         finish_s[mine] = member.engine.finish[mine]
-    makespan = float(np.nanmax(finish_s) - trace.arrival_s[0]) if n else 0.0
+    records = trace_records(trace, first_token_s, finish_s, levels, num_levels)
+    makespan = records.makespan_s
     busy = np.array([member.engine.busy_s for member in members])
     return ClusterOutcome(
-        records=trace_records(trace, first_token_s, finish_s, levels, num_levels),
+        records=records,
         replica=chosen,
         ready_s=ready_s,
         routed=np.bincount(chosen, minlength=replicas),

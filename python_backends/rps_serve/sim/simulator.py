@@ -145,7 +145,7 @@ def simulate(
     engine = engine_for(trace, ready, local, levels, num_levels, variant, deployment, llm_gpus, observer)
     result = engine.run()
     records = trace_records(trace, result.first_token_s, result.finish_s, levels, num_levels)
-    makespan = float(np.nanmax(result.finish_s) - trace.arrival_s[0]) if len(trace) else 0.0
+    makespan = records.makespan_s
     gpu_seconds = result.busy_s * llm_gpus + encoder_busy
     utilization = gpu_seconds / (deployment.gpus * makespan) if makespan > 0 else 0.0
     return SimOutcome(records, ready, utilization, int(result.preemptions.sum()), result.steps, makespan)
