@@ -69,7 +69,7 @@ class RequestRecords:
         """From the first arrival to the last finish; 0 when no request completed."""
         if not self.completed.any():
             return 0.0
-        return float(np.nanmax(self.finish_s) - np.min(self.arrival_s))
+        return float(np.nanmax(self.finish_s) - np.nanmin(self.arrival_s))
 
     def select(self, mask: np.ndarray) -> RequestRecords:
         """The rows `mask` selects."""
