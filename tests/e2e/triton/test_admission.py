@@ -1,13 +1,18 @@
 """Admission control on a real server: beyond `max_pending_requests` in flight, `vllm_model` refuses a
 request at once with an "overloaded" error (code UNAVAILABLE; a gRPC stream carries only the message and
 Triton 2.51's HTTP generate endpoint answers it with 400), through the ensemble too, counts it, and
-serves on."""
+serves on.
+
+The limit is filled with requests the test holds in flight for as long as it wants: the server runs the
+repository's own `vllm_model` behind a gate (`GATED_MODEL`) that keeps a request whose prompt carries
+`MARKER`, once admitted, waiting while the test's gate file exists, and then serves it as any other."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,40 +37,103 @@ from tests.e2e.triton.conftest import (
 )
 
 MAX_PENDING = 2
-HELD_TOKENS = 8000  # the held requests must outlast the refused ones: near the context of 8,192
+MARKER = "[held at the test's gate]"
+
+GATED_MODEL = '''
+import asyncio
+import locale
+import uuid
+from pathlib import Path
+
+locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+
+import triton_python_backend_utils as pb_utils
+
+from rps_serve.triton import protocol as p
+from rps_serve.triton.backend import tensor_getter
+from rps_serve.triton.vllm_model import TritonPythonModel as Served
+
+GATE = Path({gate!r})
+MARKER = {marker!r}
+
+
+class TritonPythonModel(Served):
+    """The real vllm_model. A request whose prompt carries MARKER, once admitted (counted in
+    `pending`), reports itself with a `held-*` file in GATE and waits while GATE/closed exists, on
+    the model's loop without blocking it; then it is served as any other."""
+
+    async def _generate(self, request, sender):
+        if MARKER in p.parse_request(tensor_getter(pb_utils, request)).prompt:
+            (GATE / f"held-{{uuid.uuid4().hex}}").touch()
+            while (GATE / "closed").exists():
+                await asyncio.sleep(0.05)
+        await super()._generate(request, sender)
+'''
+
+
+class Gate:
+    """The test's side of `GATED_MODEL`'s gate."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.closed = directory / "closed"
+
+    def close(self) -> None:
+        for held in self.directory.glob("held-*"):
+            held.unlink()
+        self.closed.touch()
+
+    def open(self) -> None:
+        self.closed.unlink(missing_ok=True)
+
+    def held(self) -> int:
+        """How many requests have reached the gate since it was closed."""
+        return len(list(self.directory.glob("held-*")))
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
+    return Gate(tmp_path_factory.mktemp("gate"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, gate: Gate) -> Iterator[Server]:
+    model = GATED_MODEL.format(gate=str(gate.directory), marker=MARKER)
     with start_server(
-        tmp_path_factory, media={"max_output_tokens": HELD_TOKENS}, max_pending_requests=MAX_PENDING
+        tmp_path_factory, max_pending_requests=MAX_PENDING, model_files={VLLM_MODEL: model}
     ) as running:
         yield running
 
 
-def _streaming(holders: list[StreamClient], timeout_s: float = 300) -> None:
-    """Wait until every holder's request has streamed a chunk: admitted and in flight."""
+def _held(gate: Gate, holders: list[StreamClient], timeout_s: float = 300) -> None:
+    """Wait until every holder's request is at the gate: admitted and in flight."""
     deadline = time.monotonic() + timeout_s
-    while not all(holder.results["held"].chunks for holder in holders):
-        assert time.monotonic() < deadline, "the held requests never started streaming"
+    while gate.held() < len(holders):
+        assert time.monotonic() < deadline, f"{gate.held()} of {len(holders)} requests reached the gate"
         assert not any(holder.results["held"].error for holder in holders)
         time.sleep(0.05)
 
 
 def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
-    server: Server, requests: Requests
+    server: Server, requests: Requests, gate: Gate
 ) -> None:
     before = wait_drained(server)
     holders = [StreamClient(server.endpoints.grpc_url) for _ in range(MAX_PENDING)]
+    gate.close()
     try:
         for holder in holders:
-            holder.submit(VLLM_MODEL, "held", requests.make(Modality.TEXT, max_tokens=HELD_TOKENS).tensors())
-        _streaming(holders)
+            generation = requests.make(Modality.TEXT)
+            generation = replace(generation, prompt=MARKER + generation.prompt)
+            holder.submit(VLLM_MODEL, "held", generation.tensors())
+        _held(gate, holders)
         status, body = generate(server, VLLM_MODEL, requests.make(Modality.TEXT, stream=False))
         refused = [run(server, model, requests.make(Modality.TEXT).tensors()) for model in MODELS]
-        # The limit was reached all along: the held requests were still streaming.
+        # The limit was reached all along: the held requests were still at the gate.
         assert not any(holder.results["held"].done_s for holder in holders)
+        gate.open()
+        held = [holder.wait("held", timeout_s=300) for holder in holders]
     finally:
+        gate.open()
         for holder in holders:
             holder.close(cancel_requests=True)
 
@@ -73,6 +141,10 @@ def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
         assert result.error is not None, model
         assert p.OVERLOADED in result.error and "max_pending_requests" in result.error, result.error
     assert status >= 400 and p.OVERLOADED in body, (status, body)
+    # Once let through, the held requests were served as any other.
+    for result in held:
+        assert result.error is None, result.error
+        assert result.text
     after = wait_drained(server)
     assert (
         after.total("rps_rejected_total", model=VLLM_MODEL)
