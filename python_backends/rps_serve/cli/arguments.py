@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rps_serve.cost.training import REPORT_FILE
+from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.triton.client import Tally
 from rps_serve.workload.mixes import MIXES
 from rps_serve.workload.shapes import ISOLATION, SHAPES

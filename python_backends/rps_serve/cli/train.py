@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES, MemoryFeature
-from rps_serve.cost.training import REPORT_FILE, TrainingOptions, train_cost_model
+from rps_serve.cost.runtime import REPORT_FILE
+from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import reference_model_names
 from rps_serve.profiles.synthetic import reference_profile

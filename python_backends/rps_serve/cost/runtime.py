@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,22 @@ from rps_serve.requests import CostEstimate, RequestFeatures
 
 ESTIMATOR_MODEL = "impact_estimator"
 CLASSIFIER_MODEL = "request_classifier"
+REPORT_FILE = "cost_model_report.json"  # beside the ONNX models: what they were trained on, and how
 
 
 def onnx_path(repository: Path, model: str, version: int = 1) -> Path:
     """Where Triton expects `model`'s ONNX file inside a model repository."""
     return repository / model / str(version) / "model.onnx"
+
+
+def aging_time_scale(repository: Path) -> float:
+    """How many times slower than the paper's reference the repository's cost model is
+    (`cost.training`'s `aging_time_scale`), the clock the class priorities age on; 1 for a report
+    without it."""
+    report = repository / REPORT_FILE
+    if not report.is_file():
+        return 1.0
+    return float(json.loads(report.read_text()).get("aging_time_scale", 1.0))
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,15 @@ from rps_serve.cost import features as cols
 from rps_serve.cost.classifier import MemoryFeature, RequestClassifier
 from rps_serve.cost.estimator import ImpactEstimator
 from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
-from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, onnx_path
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path
 from rps_serve.profiles.records import ProfileRecord
+from rps_serve.profiles.reference import reference_model
 from rps_serve.requests import Modality, RequestClass
 
 logger = logging.getLogger(__name__)
 
-REPORT_FILE = "cost_model_report.json"
+# The model and GPU the paper tuned the priority parameters to (its (p, k) are seconds there).
+AGING_REFERENCE = "llava-onevision-qwen2-7b"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,19 @@ def fit_cost_model(records: Sequence[ProfileRecord], options: TrainingOptions) -
     return CostModel(estimator, classifier)
 
 
+def time_scale(estimator: ImpactEstimator, records: Sequence[ProfileRecord], reference: str) -> float:
+    """How many times longer the fitted prefill of the profiled requests is than `reference`'s
+    published fit for the same requests: the median of the per-request ratios (one number for the
+    whole model, robust to a modality whose fit is off). About 1 for a profile of the reference."""
+    lines = reference_model(reference).lines
+    ratios = [
+        estimator.lines_[r.modality].seconds(r.prompt_tokens) / lines[r.modality].seconds(r.prompt_tokens)
+        for r in records
+        if lines[r.modality].seconds(r.prompt_tokens) > 0
+    ]
+    return float(np.median(ratios)) if ratios else 1.0
+
+
 def _report(model: CostModel, records: Sequence[ProfileRecord], source: str) -> dict[str, Any]:
     estimator, classifier = model.estimator, model.classifier
     k = classifier.num_classes
@@ -76,6 +91,11 @@ def _report(model: CostModel, records: Sequence[ProfileRecord], source: str) -> 
     return {
         "source": source,
         "records": len(records),
+        "aging_time_scale": time_scale(estimator, records, AGING_REFERENCE),
+        "aging_time_scale_note": (
+            f"the served model's prefill over {AGING_REFERENCE}'s on H100, for the profiled requests "
+            "(median): the class priorities age on a clock this much slower (scheduling.parameters)"
+        ),
         "estimator": {
             "quantile_modalities": {"image": estimator.quantile, "video": estimator.quantile},
             "lines": {

@@ -18,9 +18,10 @@ class Policy(enum.Enum):
     - aging: the aging term only (no static priority);
     - edf: earliest deadline first, deadline = arrival + the class SLO;
     - fcfs: arrival order, classes ignored (vLLM's default);
-    - vllm-priority: stock vLLM's `priority` policy with each request's priority = its class level,
-      what a user can configure without RPS-Serve: static class order, no aging, and a waiting request
-      never preempts a running one.
+    - vllm-priority: stock vLLM's `priority` policy with each request's priority = its class level:
+      static class order, no aging, and a waiting request never preempts a running one;
+    - modality-priority: stock vLLM's `priority` policy with the modality as the priority (text 0,
+      image 1, video 2), what a vLLM user configures without RPS-Serve at all.
     """
 
     RPS = "rps"
@@ -29,11 +30,18 @@ class Policy(enum.Enum):
     EDF = "edf"
     FCFS = "fcfs"
     VLLM_PRIORITY = "vllm-priority"
+    MODALITY_PRIORITY = "modality-priority"
 
     @property
     def is_stock(self) -> bool:
         """Run by vLLM's own scheduler (the baselines), not the RPS plug-in."""
-        return self in (Policy.FCFS, Policy.VLLM_PRIORITY)
+        return self in (Policy.FCFS, Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY)
+
+    def request_priority(self, level: int, modality: Modality) -> int:
+        """The `priority` a request carries into vLLM: its modality under modality-priority, else its
+        class level (stock vLLM's priority policy orders by it; FCFS ignores it; the RPS scheduler
+        sets its own)."""
+        return modality.index if self is Policy.MODALITY_PRIORITY else level
 
     @classmethod
     def parse(cls, name: str) -> Policy:
@@ -108,13 +116,31 @@ def class_ladder(
     return tuple(ladder)
 
 
+def in_time_units(ladder: tuple[ClassParameters, ...], time_scale: float) -> tuple[ClassParameters, ...]:
+    """`ladder` on a clock that runs `time_scale` times slower: the paper's (p, k) are tuned to H100
+    latencies of LLaVA-OneVision-7B, and on a model or machine whose prefills take `time_scale` times as
+    long, every wait of the same weight takes that much longer too. Aging after w seconds is then the
+    paper's aging after w / time_scale, i.e. k becomes k / time_scale**p, and each SLO scales with it.
+    1 leaves the ladder as it is."""
+    if not time_scale > 0:
+        raise ValueError(f"time_scale must be positive, got {time_scale}")
+    if time_scale == 1.0:
+        return ladder
+    return tuple(
+        ClassParameters(c.static_priority, c.p, c.k / time_scale**c.p, c.slo_s * time_scale) for c in ladder
+    )
+
+
 @dataclass(frozen=True)
 class PressureSettings:
     """Queue-pressure boost: excess = max(0, age_weight*(age/ema_age - 1) + length_weight*(len/ema_len - 1)).
 
     boost = round(1 + (max_boost - 1) * (1 - exp(-steepness * excess))), EMAs with `ema_alpha`.
-    The ratios are taken against at least `min_ema_length` requests and `min_ema_age_s` seconds, so a
-    queue that was idle does not read its first arrival as maximal pressure.
+    The ratios are taken against at least `min_ema_length` requests and the larger of `min_ema_age_s`
+    and the class's SLO, so that a queue that was idle does not read its first arrival as maximal
+    pressure: a rock that waited 0.2 s is not under pressure, whatever the EMA of an empty queue says.
+    The EMAs follow a class's queue while it holds requests; an empty queue has no pressure and leaves
+    them as they were (else a usually empty queue's EMAs decay to nothing between its arrivals).
     """
 
     ema_alpha: float = 0.004

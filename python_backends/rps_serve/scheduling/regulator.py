@@ -24,19 +24,26 @@ def boost_from_excess(excess: float, settings: PressureSettings) -> int:
 
 
 class QueuePressure:
-    """Tracks one class's queue length and mean age against their EMAs; yields the boost in [1, 3]."""
+    """Tracks one class's queue length and mean age against their EMAs; yields the boost in [1, 3].
 
-    def __init__(self, settings: PressureSettings) -> None:
+    `age_floor_s`: the EMA age a queue's mean age is compared with at least (see `PressureSettings`).
+    """
+
+    def __init__(self, settings: PressureSettings, age_floor_s: float | None = None) -> None:
         self._settings = settings
+        self._age_floor_s = max(settings.min_ema_age_s, age_floor_s or 0.0)
         self._ema_length: float | None = None
         self._ema_age: float | None = None
         self.boost = 1
 
     def observe(self, stats: QueueStats) -> int:
         s = self._settings
+        if stats.length == 0:
+            self.boost = 1
+            return self.boost
         if self._ema_length is None or self._ema_age is None:
             self._ema_length, self._ema_age = float(stats.length), stats.mean_age_s
-        age_ratio = stats.mean_age_s / max(self._ema_age, s.min_ema_age_s)
+        age_ratio = stats.mean_age_s / max(self._ema_age, self._age_floor_s)
         length_ratio = stats.length / max(self._ema_length, s.min_ema_length)
         excess = max(0.0, s.age_weight * (age_ratio - 1) + s.length_weight * (length_ratio - 1))
         self.boost = boost_from_excess(excess, s)
@@ -61,7 +68,7 @@ class PriorityRegulator:
     ) -> None:
         self.policy = policy
         self.ladder = tuple(ladder)
-        self._pressure = [QueuePressure(pressure or PressureSettings()) for _ in self.ladder]
+        self._pressure = [QueuePressure(pressure or PressureSettings(), c.slo_s) for c in self.ladder]
         self._static = np.array([c.static_priority for c in self.ladder])
         self._p = np.array([c.p for c in self.ladder])
         self._k = np.array([c.k for c in self.ladder])
@@ -83,12 +90,13 @@ class PriorityRegulator:
         return [int(b) for b in self._boost]
 
     def priorities(self, levels: np.ndarray, arrivals: np.ndarray, now: float) -> np.ndarray:
-        """Vectorized `priority` for rps/static/aging (and vllm-priority, which orders as static)."""
+        """Vectorized `priority` for rps/static/aging (and the stock priority policies, which order as
+        static over the levels they are given: class levels, or modalities for modality-priority)."""
         waiting = np.maximum(now - arrivals, 0.0)
         aging = -np.expm1(-self._k[levels] * self._boost[levels] * waiting ** self._p[levels])
         if self.policy is Policy.RPS:
             return np.asarray(self._static[levels] + aging)
-        if self.policy in (Policy.STATIC, Policy.VLLM_PRIORITY):
+        if self.policy in (Policy.STATIC, Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY):
             return np.asarray(self._static[levels], dtype=float)
         if self.policy is Policy.AGING:
             return np.asarray(aging)

@@ -45,7 +45,11 @@ SIM_CHUNK_CAP_TOKENS = 2048
 POLICY_VARIANTS: dict[str, PolicyVariant] = {
     variant.name: variant
     for variant in (
-        *(PolicyVariant(policy.value, policy) for policy in Policy),
+        # modality-priority orders by modality: the naive classifier's levels.
+        *(
+            PolicyVariant(policy.value, policy, naive_classes=policy is Policy.MODALITY_PRIORITY)
+            for policy in Policy
+        ),
         PolicyVariant("rps-naive", Policy.RPS, naive_classes=True),
         PolicyVariant("rps-cap", Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS),
         PolicyVariant("modserve", Policy.FCFS, modserve=True),

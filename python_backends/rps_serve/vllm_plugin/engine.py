@@ -17,12 +17,13 @@ def scheduler_engine_kwargs(
 ) -> dict[str, Any]:
     """`EngineArgs` keyword arguments selecting the scheduler for `policy`.
 
-    `fcfs` and `vllm-priority` are stock vLLM (its own scheduler and queue) so that baselines are the
-    real thing; every other policy runs the RPS scheduler with vLLM's priority policy underneath.
+    `fcfs`, `vllm-priority` and `modality-priority` are stock vLLM (its own scheduler and queue), so
+    that baselines are the real thing; every other policy runs the RPS scheduler with vLLM's priority
+    policy underneath.
     """
     if policy is Policy.FCFS:
         return {"scheduling_policy": "fcfs"}
-    if policy is Policy.VLLM_PRIORITY:
+    if policy in (Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY):
         return {"scheduling_policy": "priority"}
     from rps_serve.vllm_plugin.scheduler import scheduler_cls_name
 

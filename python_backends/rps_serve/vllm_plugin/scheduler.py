@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import vllm
@@ -32,8 +33,9 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.chunking import prefill_chunk_cap
-from rps_serve.scheduling.parameters import Policy, class_ladder
+from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
@@ -61,7 +63,11 @@ class _RPSMixin(Scheduler):
             )
         self.rps = RPSConfig.from_additional_config(self.vllm_config.additional_config)
         self.classifier = EngineClassifier(self.rps)
-        regulator = PriorityRegulator(self.rps.policy, class_ladder(self.classifier.num_levels))
+        self.time_scale = self.rps.aging_time_scale or (
+            aging_time_scale(Path(self.rps.cost_model)) if self.rps.cost_model else 1.0
+        )
+        ladder = in_time_units(class_ladder(self.classifier.num_levels), self.time_scale)
+        regulator = PriorityRegulator(self.rps.policy, ladder)
         if self.waiting:
             raise RuntimeError("the RPS scheduler must replace the waiting queue before requests arrive")
         self.waiting: ClassRequestQueue = ClassRequestQueue(regulator, self._classify)
@@ -73,10 +79,11 @@ class _RPSMixin(Scheduler):
         self.yielded = 0  # steps a running prefill sat out for a request that outranked it
         self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
         logger.info(
-            "RPS scheduler: policy %s, %d classes by %s",
+            "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
             self.rps.policy.value,
             self.classifier.num_levels,
             self.classifier.kind,
+            self.time_scale,
         )
 
     def _classify(self, request: Request) -> int:

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from rps_serve.requests import RequestClass
-from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy, PressureSettings, class_ladder
+from rps_serve.scheduling.parameters import (
+    PAPER_PARAMETERS,
+    Policy,
+    PressureSettings,
+    class_ladder,
+    in_time_units,
+)
 from rps_serve.scheduling.regulator import (
     PriorityRegulator,
     QueuePressure,
@@ -135,3 +141,45 @@ def test_policy_parse_names_the_choices() -> None:
     assert Policy.parse(" RPS ") is Policy.RPS
     with pytest.raises(ValueError, match="rps, static, aging, edf, fcfs"):
         Policy.parse("lifo")
+
+
+def test_an_empty_queue_leaves_its_history_alone() -> None:
+    busy, idle_between = QueuePressure(PressureSettings()), QueuePressure(PressureSettings())
+    for _ in range(500):
+        busy.observe(QueueStats(length=4, mean_age_s=2.0))
+        idle_between.observe(QueueStats(length=4, mean_age_s=2.0))
+        assert idle_between.observe(QueueStats(0, 0.0)) == 1  # an empty queue is under no pressure
+    # Steps without requests did not pull the EMAs towards 0: the same queue reads the same.
+    probe = QueueStats(length=6, mean_age_s=3.0)
+    assert idle_between.observe(probe) == busy.observe(probe) == 2
+
+
+def test_a_fresh_rock_is_not_under_pressure_before_its_class_slo() -> None:
+    rocks = class_ladder(3)[ROCKS]
+    pressure = QueuePressure(PressureSettings(), age_floor_s=rocks.slo_s)
+    for _ in range(200):
+        pressure.observe(QueueStats(0, 0.0))
+    ages = np.arange(0.0, rocks.slo_s, 0.01)
+    assert all(pressure.observe(QueueStats(1, float(age))) == 1 for age in ages)
+    # Long past its SLO, the same queue is.
+    assert pressure.observe(QueueStats(1, 3 * rocks.slo_s)) > 1
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0])
+def test_priorities_on_a_slower_clock_age_that_much_later(scale: float) -> None:
+    ladder = class_ladder(3)
+    slow = in_time_units(ladder, scale)
+    assert in_time_units(ladder, 1.0) == ladder
+    # Every wait that makes one class outrank another takes `scale` times as long.
+    for heavy in (PEBBLES, ROCKS):
+        assert outrank_wait_s(slow[heavy], slow[SAND]) == pytest.approx(
+            scale * outrank_wait_s(ladder[heavy], ladder[SAND])
+        )
+    # Priorities after w seconds on the slow clock are those after w / scale on the paper's.
+    paper, slowed = PriorityRegulator(Policy.RPS, ladder), PriorityRegulator(Policy.RPS, slow)
+    for level in range(3):
+        assert _one(slowed, level, 4.0 * scale, "priorities") == pytest.approx(
+            _one(paper, level, 4.0, "priorities")
+        )
+    with pytest.raises(ValueError, match="positive"):
+        in_time_units(ladder, 0.0)
