@@ -37,10 +37,28 @@ def add_parser(commands: Any) -> None:
         default="0.7",
         help="without --rate: these x the measured sustained rate, comma-separated (e.g. 0.6,0.9)",
     )
-    parser.add_argument("--repeats", type=int, default=1, help="runs per policy and load, interleaved")
-    parser.add_argument("--calibrate-s", type=float, default=60.0, help="how long to measure the rate")
-    parser.add_argument("--requests", type=int, default=120, help="requests per run")
+    parser.add_argument("--repeats", type=int, default=3, help="seeds: paired traces every policy replays")
+    parser.add_argument(
+        "--calibrate-s", type=float, default=30.0, help="closed-loop seconds: the capacity search's ceiling"
+    )
+    parser.add_argument("--probes", type=int, default=3, help="open-loop probes bisecting the capacity")
+    parser.add_argument("--probe-s", type=float, default=45.0, help="seconds of arrivals per probe")
+    parser.add_argument("--requests", type=int, default=150, help="requests per run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--front-end",
+        choices=["class", "vllm"],
+        help="every policy on this front end (default: each its own, as it ships)",
+    )
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave the engine's worker where the OS puts it"
+    )
+    parser.add_argument(
+        "--server-per-policy",
+        action="store_true",
+        help="run each policy's seeds one after another on one server (a shorter demo) instead of a "
+        "fresh server for every run",
+    )
     parser.add_argument(
         "--out", type=Path, metavar="DIR", default=Path("out/demo"), help="results, plots and server logs"
     )
@@ -50,10 +68,12 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rps_serve.loadtest.demo import (
         DemoConfig,
+        engine_table,
+        process_table,
         ratio_table,
         run_demo,
+        run_stage_table,
         save_results,
-        stage_table,
         ttft_table,
     )
 
@@ -67,35 +87,48 @@ def run(args: argparse.Namespace) -> int:
         load_fractions=[float(f) for f in names(args.load_fraction)],
         repeats=args.repeats,
         calibrate_s=args.calibrate_s,
+        probes=args.probes,
+        probe_s=args.probe_s,
         requests=args.requests,
         seed=args.seed,
+        front_end=args.front_end,
+        pin=not args.no_pin,
+        fresh_servers=not args.server_per_policy,
     )
     pace = (
         f"at {args.rate} req/s"
         if config.rates
-        else f"at {args.load_fraction}x the rate this machine sustains (measured first, "
-        f"{config.calibrate_s:g} s closed-loop)"
+        else f"at {args.load_fraction}x the open-loop capacity (searched first)"
     )
-    runs = "once" if config.repeats == 1 else f"{config.repeats} times, interleaved,"
     print(
-        f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, {runs} per "
-        f"policy ({', '.join(config.policies)}), each on a fresh tritonserver; classes from the cost "
-        f"model in {args.repository}, trained on {cost_model_source(args.repository)}",
+        f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, {config.repeats} "
+        f"paired seeds per policy ({', '.join(config.policies)}), "
+        + (
+            "interleaved, each run on a fresh tritonserver"
+            if config.fresh_servers
+            else "a fresh tritonserver per policy"
+        )
+        + f"; classes from the cost model in {args.repository}, trained on "
+        f"{cost_model_source(args.repository)}; server logs in {config.out}",
         flush=True,
     )
-    demo = run_demo(config)
-    if demo.capacity is not None:
-        capacity = demo.capacity
+    demo = run_demo(config, progress=lambda line: print(line, flush=True))
+    if demo.open_loop is not None and demo.closed_loop is not None:
+        probes = ", ".join(
+            f"{p.rate:.2f}/s {'bounded' if p.bounded else 'unbounded'}" for p in demo.open_loop.probes
+        )
         print(
-            f"sustained {capacity.rate:.2f} req/s ({capacity.completed} completed in "
-            f"{capacity.duration_s:g} s with {capacity.concurrency} in flight)"
+            f"capacity: {demo.open_loop.rate:.2f} req/s open loop ({probes}); "
+            f"closed loop {demo.closed_loop.rate:.2f} req/s with {demo.closed_loop.concurrency} in flight"
         )
     for load in demo.loads:
-        print(f"\n{load.name}, {config.repeats} run(s) per policy pooled")
-        records = load.records()
-        print(ttft_table(records))
-        print(ratio_table(records, candidate=Policy.RPS.value))
-        print(stage_table(load.stages()))
+        print(f"\n{load.name}: steady state of {config.repeats} paired run(s) per policy")
+        print(ttft_table(load.pooled_records()))
+        print(ratio_table(load.ratios()))
+        analysis = load.analysis()
+        print(engine_table(analysis))
+        print(run_stage_table(analysis))
+        print(process_table(load.runs))
         for policy, tally in load.tallies().items():
             print(f"{policy}: {tally}")
     print("wrote " + ", ".join(str(path) for path in save_results(demo, config)))

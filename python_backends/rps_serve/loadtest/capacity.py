@@ -1,17 +1,22 @@
-"""What a server sustains: completed requests per second of a mix with a fixed number always in flight
-(closed loop), measured before loads that are sized as a fraction or a multiple of it (demo, soak)."""
+"""What a server sustains, measured before loads that are sized as a fraction or a multiple of it:
+completed requests per second of a mix with a fixed number always in flight (closed loop, the soak's
+measure and the open-loop search's upper guess), and the highest Poisson rate at which the backlog
+stays bounded (open loop, the demo's and the comparison's)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import count
 
-from rps_serve.loadtest.replay import ENSEMBLE, drain_allowance_s, generation
+import numpy as np
+
+from rps_serve.loadtest.replay import ENSEMBLE, Replayed, drain_allowance_s, generation
+from rps_serve.metrics import RequestRecords
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.workload.content import ContentLimits, plan_content
@@ -89,3 +94,66 @@ def measure_capacity(
     if unfinished:
         logger.warning("capacity: %d requests did not complete (refused, failed or lost)", unfinished)
     return Capacity(completed / duration_s, completed, duration_s, concurrency, unfinished)
+
+
+# A backlog counts as bounded while the requests in the system grow by less than this fraction of the
+# arrival rate over the second half of a probe: past capacity they grow by the excess arrival rate.
+BOUNDED_GROWTH = 0.1
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One open-loop run at `rate`: how fast the requests in the system grew (per second)."""
+
+    rate: float
+    growth_per_s: float
+    unfinished: int
+
+    @property
+    def bounded(self) -> bool:
+        return self.unfinished == 0 and self.growth_per_s < BOUNDED_GROWTH * self.rate
+
+
+@dataclass(frozen=True)
+class OpenLoopCapacity:
+    """The highest Poisson rate whose probe kept the backlog bounded, and every probe taken."""
+
+    rate: float
+    probes: tuple[Probe, ...]
+
+
+def backlog_growth(records: RequestRecords) -> float:
+    """Least-squares slope, requests per second, of the requests in the system (arrived, not finished)
+    over the second half of the arrivals; a request that never finished stays in the system."""
+    arrivals = np.sort(records.arrival_s[np.isfinite(records.arrival_s)])
+    if arrivals.size < 4:
+        return 0.0
+    finishes = np.sort(records.finish_s[np.isfinite(records.finish_s)])
+    grid = np.linspace(arrivals[-1] / 2, arrivals[-1], 64)
+    in_system = np.searchsorted(arrivals, grid, side="right") - np.searchsorted(finishes, grid, side="right")
+    return float(np.polyfit(grid, in_system, 1)[0])
+
+
+def search_open_loop_capacity(
+    probe: Callable[[float], Replayed], ceiling: float, probes: int, low_fraction: float = 0.3
+) -> OpenLoopCapacity:
+    """Bisect the rate between `low_fraction` x `ceiling` and `ceiling` (an upper guess, e.g. the
+    closed-loop rate) with `probes` open-loop runs (`probe(rate)` replays a fresh Poisson workload at
+    that rate); the capacity is the highest bounded rate probed, or the low end if none was."""
+    low, high = low_fraction * ceiling, ceiling
+    taken = []
+    for _ in range(probes):
+        rate = (low + high) / 2
+        replayed = probe(rate)
+        result = Probe(rate, backlog_growth(replayed.records), replayed.tally.sent - replayed.tally.completed)
+        taken.append(result)
+        logger.info(
+            "open-loop probe at %.2f req/s: backlog grew %.3f req/s, %d unfinished (%s)",
+            rate,
+            result.growth_per_s,
+            result.unfinished,
+            "bounded" if result.bounded else "unbounded",
+        )
+        low, high = (rate, high) if result.bounded else (low, rate)
+    bounded = [p.rate for p in taken if p.bounded]
+    return OpenLoopCapacity(max(bounded, default=low), tuple(taken))

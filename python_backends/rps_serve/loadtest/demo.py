@@ -1,16 +1,25 @@
-"""The demo, and the policy comparison through Triton: the same mixed workload through the local Triton
-server under stock vLLM's FCFS, stock vLLM's priority policy with our classes (`vllm-priority`) and
-RPS, each run on a freshly started server, then TTFT per modality side by side and a CDF plot.
+"""The demo, and the policy comparison through Triton: the same mixed workloads through the local
+Triton server under each policy, each run on a freshly started server, measured so that policies can
+be told apart on a small, noisy machine.
 
-Unless rates are given, a server of the first policy is first loaded closed-loop to measure what this
-machine sustains (`loadtest.capacity`), and every policy replays at each of `load_fractions` of that: a
-fixed rate would overload a slow or busy machine (refusals, a backlog that never drains) and leave a
-fast one idle. With `repeats` > 1 the policies run interleaved (fcfs, vllm-priority, rps, fcfs, ...),
-each repeat on its own trace and content, and each policy's runs at one load are pooled.
+The method:
+- placement: the engine's worker on a core of its own, everything else (tritonserver, the stubs,
+  vLLM's EngineCore, this load client) on the others (`loadtest.placement`), as a GPU is its own
+  device; every run records which process ran where and the CPU seconds it used;
+- load: open-loop Poisson at fractions of the open-loop capacity, the highest rate at which FCFS's
+  backlog stays bounded, found by bisection (`loadtest.capacity`) below the closed-loop rate;
+- evidence: `repeats` seeds, each a trace every policy replays (paired), the policies interleaved, a
+  fresh server for every run (`fresh_servers`; without it, as in the short demo, each policy's seeds
+  run one after another on one server, drained in between, the policies in turn: a server's start
+  costs a minute on two cores); only the steady state counts (arrivals between the first and last
+  10%); every ratio carries a 95% paired-bootstrap interval over seeds and requests (`rps_serve.comparison`);
+- where time goes: each server writes a run log (`triton.run_log`): per engine step, the loop's lag,
+  and each request's stages, summarized over the steady window (`loadtest.run_analysis`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -19,15 +28,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rps_serve.loadtest.capacity import Capacity, measure_capacity, request_stream
+from rps_serve.comparison import HEADLINE_METRICS, Ratio, ratio_rows, steady
+from rps_serve.loadtest.capacity import (
+    Capacity,
+    OpenLoopCapacity,
+    measure_capacity,
+    request_stream,
+    search_open_loop_capacity,
+)
 from rps_serve.loadtest.load import BenchConfig, BenchRun, run_bench
-from rps_serve.loadtest.stages import pooled_stages
+from rps_serve.loadtest.placement import Placement, process_usage, usage_during
+from rps_serve.loadtest.replay import Replayed, build_requests, replay
+from rps_serve.loadtest.run_analysis import STAGES, pooled, summarize
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Tally
 from rps_serve.triton.server import Endpoints, local_server
-from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
+from rps_serve.triton.settings import FRONT_END_ENV, MODEL_ENV, POLICY_ENV, RUN_LOG_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.source import SyntheticWorkload
@@ -38,18 +56,14 @@ logger = logging.getLogger(__name__)
 DEMO_MAX_OUTPUT_TOKENS = 32
 DEMO_CONTENT = ContentLimits(max_text_tokens=4096, max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
 CAPACITY_SEED_OFFSET = 104729  # calibration content shares nothing with the replays' (no cache hits)
-# The metrics the targets are stated in, read from a result in `rps-serve simulate`'s JSON shape.
-HEADLINE: dict[str, Callable[[dict[str, Any]], float | None]] = {
-    "text P90 TTFT": lambda r: r["by_modality"]["text"]["ttft"]["p90"],
-    "text mean TTFT": lambda r: r["by_modality"]["text"]["ttft"]["mean"],
-    "video mean TTFT": lambda r: r["by_modality"]["video"]["ttft"]["mean"],
-    "TPOT mean": lambda r: r["overall"]["tpot"]["mean"],
-}
+CANDIDATE = "rps"
 
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """`rates` (requests per second) replace the measured capacity times `load_fractions`."""
+    """`rates` (requests per second) replace the open-loop capacity times `load_fractions`.
+    `front_end` ("class" or "vllm") puts every policy on that front end (an ablation); None leaves each
+    its own. `pin` places the engine's worker on a core of its own (where there are two or more)."""
 
     repository: Path
     model: Path
@@ -58,79 +72,143 @@ class DemoConfig:
     mix: str = "mixed-iii"
     rates: Sequence[float] = ()
     load_fractions: Sequence[float] = (0.7,)
-    repeats: int = 1
-    calibrate_s: float = 60.0
-    requests: int = 120
+    repeats: int = 3
+    calibrate_s: float = 30.0
+    probes: int = 3
+    probe_s: float = 45.0
+    requests: int = 150
     seed: int = 0
+    front_end: str | None = None
+    pin: bool = True
+    fresh_servers: bool = True
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """One run: the load client's measurement, the server's run log over its steady window, and the
+    CPU each process used."""
+
+    bench: BenchRun
+    analysis: dict[str, Any]
+    processes: list[dict[str, Any]]
 
 
 @dataclass
 class LoadRuns:
-    """Every policy's runs at one arrival rate (`fraction` of the measured capacity, if measured)."""
+    """Every policy's runs at one arrival rate (`fraction` of the open-loop capacity, if measured),
+    in seed order."""
 
     rate: float
     fraction: float | None
-    runs: dict[str, list[BenchRun]] = field(default_factory=dict)
+    runs: dict[str, list[PolicyRun]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return f"{self.rate:.2f} req/s" + ("" if self.fraction is None else f" ({self.fraction:g}x)")
 
-    def records(self) -> dict[str, RequestRecords]:
-        """Each policy's runs pooled."""
-        return {p: concatenate_records([r.records for r in runs]) for p, runs in self.runs.items()}
+    def steady_records(self) -> dict[str, list[RequestRecords]]:
+        """Per policy, each seed's run cut to its steady window."""
+        return {p: steady([r.bench.records for r in runs]) for p, runs in self.runs.items()}
+
+    def pooled_records(self) -> dict[str, RequestRecords]:
+        return {p: concatenate_records(runs) for p, runs in self.steady_records().items()}
 
     def tallies(self) -> dict[str, Tally]:
-        return {p: Tally.total([r.tally for r in runs]) for p, runs in self.runs.items()}
+        return {p: Tally.total([r.bench.tally for r in runs]) for p, runs in self.runs.items()}
 
-    def stages(self) -> dict[str, dict[str, Any]]:
-        """Per policy, where each class waited on the server, pooled over its runs."""
-        stages = {}
-        for policy, runs in self.runs.items():
-            results = [run.report["results"][policy] for run in runs]
-            stages[policy] = pooled_stages([r["stages"] for r in results if "stages" in r])
-        return stages
+    def analysis(self) -> dict[str, dict[str, Any]]:
+        return {p: pooled([r.analysis for r in runs]) for p, runs in self.runs.items()}
+
+    def ratios(self) -> dict[str, dict[str, Ratio]]:
+        records = self.steady_records()
+        return ratio_rows(records, CANDIDATE) if CANDIDATE in records and len(records) > 1 else {}
 
 
 @dataclass(frozen=True)
 class DemoRuns:
     loads: list[LoadRuns]
-    capacity: Capacity | None  # the measurement the rates came from, if it was measured
+    placement: Placement | None
+    closed_loop: Capacity | None  # the measurements the rates came from, if measured
+    open_loop: OpenLoopCapacity | None
 
     def tallies(self) -> list[Tally]:
         return [t for load in self.loads for t in load.tallies().values()]
 
 
-def run_demo(config: DemoConfig) -> DemoRuns:
-    """`rps-serve bench` once per policy, load and repeat, each against a freshly started server
-    (empty caches); at each load the policies take turns, and each repeat replays its own trace."""
+def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) -> DemoRuns:
+    """Place the processes, find the capacity unless rates are given, then at each load every seed's
+    trace under every policy in turn, each run on a fresh server; `progress` hears of each step."""
     if config.repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {config.repeats}")
     config.out.mkdir(parents=True, exist_ok=True)
+    (config.out / "runs").mkdir(exist_ok=True)
     workdir = config.out.resolve() / "server"
     workdir.mkdir(exist_ok=True)
     configure_cpu_engine_environment(workdir / "vllm")
+    placement = Placement.split() if config.pin else None
+    if placement is not None:
+        placement.pin_this_process()
+        progress(placement.describe())
     loads = [LoadRuns(rate, None) for rate in config.rates]
-    capacity = None
+    closed = opened = None
     if not loads:
-        with _server(config, config.policies[0], "capacity") as endpoints:
-            capacity = _measure_capacity(endpoints.grpc_url, config)
-        if capacity.rate <= 0:
-            raise RuntimeError(f"the server completed no request in {config.calibrate_s:g} s")
-        loads = [LoadRuns(fraction * capacity.rate, fraction) for fraction in config.load_fractions]
+        closed, opened = _find_capacity(config, placement, progress)
+        loads = [LoadRuns(fraction * opened.rate, fraction) for fraction in config.load_fractions]
+    total, counter = len(loads) * config.repeats * len(config.policies), itertools.count(1)
+
+    def run_started(line: str) -> None:
+        progress(f"[{next(counter)}/{total}] {line}")
+
     for load in loads:
-        for repeat in range(config.repeats):
-            for policy in config.policies:
-                run_name = f"{policy}-{load.rate:.2f}-{repeat + 1}"
-                with _server(config, policy, run_name) as endpoints:
-                    logger.info("%s: replaying %d requests at %.2f/s", run_name, config.requests, load.rate)
-                    run = run_bench(_bench_config(config, endpoints, policy, load.rate, config.seed + repeat))
-                load.runs.setdefault(policy, []).append(run)
-    return DemoRuns(loads, capacity)
+        # Which seeds share a server: each run its own, or each policy's seeds one.
+        batches = (
+            [(policy, [repeat]) for repeat in range(config.repeats) for policy in config.policies]
+            if config.fresh_servers
+            else [(policy, list(range(config.repeats))) for policy in config.policies]
+        )
+        for policy, repeats in batches:
+            name = f"{policy}-{load.rate:.2f}-" + "-".join(str(r + 1) for r in repeats)
+            runs = _runs_on_one_server(config, placement, policy, name, load.rate, repeats, run_started)
+            load.runs.setdefault(policy, []).extend(runs)
+    return DemoRuns(loads, placement, closed, opened)
 
 
-def _server(config: DemoConfig, policy: str, run_name: str) -> AbstractContextManager[Endpoints]:
+def _runs_on_one_server(
+    config: DemoConfig,
+    placement: Placement | None,
+    policy: str,
+    name: str,
+    rate: float,
+    repeats: list[int],
+    run_started: Callable[[str], None],
+) -> list[PolicyRun]:
+    """`repeats`' traces under `policy`, one after another (each drained before the next: `run_bench`
+    waits for every answer) on one fresh server."""
+    run_log = config.out.resolve() / "runs" / f"{name}.jsonl"
+    run_log.unlink(missing_ok=True)
+    runs = []
+    with _server(config, placement, policy, name, run_log) as endpoints:
+        for repeat in repeats:
+            run_started(f"{policy}, seed {config.seed + repeat}: {config.requests} requests at {rate:.2f}/s")
+            before = process_usage(endpoints.pid)
+            bench = run_bench(_bench_config(config, endpoints, policy, rate, config.seed + repeat))
+            processes = usage_during(before, process_usage(endpoints.pid))
+            window = bench.records.arrival_s[bench.records.steady_state()]
+            start, end = bench.clock_origin_s + window.min(), bench.clock_origin_s + window.max()
+            runs.append(PolicyRun(bench, summarize(run_log, start, end), processes))
+    return runs
+
+
+def _server(
+    config: DemoConfig, placement: Placement | None, policy: str, run_name: str, run_log: Path | None = None
+) -> AbstractContextManager[Endpoints]:
     env = {MODEL_ENV: str(config.model.resolve()), POLICY_ENV: policy}
+    if placement is not None:
+        env.update(placement.environment())
+    if config.front_end is not None:
+        env[FRONT_END_ENV] = config.front_end
+    if run_log is not None:
+        env[RUN_LOG_ENV] = str(run_log)
     log = config.out.resolve() / f"tritonserver-{run_name}.log"
     logger.info("%s: starting tritonserver (log %s)", run_name, log)
     return local_server(config.repository, config.out.resolve() / "server", env=env, log_file=log)
@@ -147,18 +225,36 @@ def _bench_config(
         label=policy,
         max_text_tokens=DEMO_CONTENT.max_text_tokens,
         max_output_tokens=DEMO_MAX_OUTPUT_TOKENS,
+        isolated=1,
         progress=False,
         metrics_url=endpoints.metrics_url,
     )
 
 
-def _measure_capacity(url: str, config: DemoConfig) -> Capacity:
+def _find_capacity(
+    config: DemoConfig, placement: Placement | None, progress: Callable[[str], None]
+) -> tuple[Capacity, OpenLoopCapacity]:
+    """On one FCFS server: the closed-loop rate, then the open-loop capacity bisected below it."""
     seed = config.seed + CAPACITY_SEED_OFFSET
-    requests = request_stream(
-        config.mix, TinyModelSpec.load(config.model), seed, content_seed=seed, limits=DEMO_CONTENT
-    )
-    logger.info("measuring the sustained rate for %.0f s", config.calibrate_s)
-    return measure_capacity(url, requests, config.calibrate_s)
+    media = TinyModelSpec.load(config.model)
+    probes = iter(range(1, config.probes + 1))
+
+    def probe(rate: float) -> Replayed:
+        n = next(probes)
+        requests = max(20, round(rate * config.probe_s))
+        progress(f"capacity probe {n}/{config.probes}: {requests} requests at {rate:.2f}/s (open loop)")
+        workload = SyntheticWorkload(config.mix, rate, requests, seed + n)
+        trace = workload.trace()
+        return replay(endpoints.grpc_url, trace, build_requests(trace, media, DEMO_CONTENT, seed + n))
+
+    with _server(config, placement, "fcfs", "capacity") as endpoints:
+        stream = request_stream(config.mix, media, seed, content_seed=seed, limits=DEMO_CONTENT)
+        progress(f"capacity: {config.calibrate_s:g} s closed loop, then {config.probes} open-loop probes")
+        closed = measure_capacity(endpoints.grpc_url, stream, config.calibrate_s)
+        if closed.rate <= 0:
+            raise RuntimeError(f"the server completed no request in {config.calibrate_s:g} s")
+        opened = search_open_loop_capacity(probe, ceiling=closed.rate, probes=config.probes)
+    return closed, opened
 
 
 def ttft_table(records: dict[str, RequestRecords]) -> str:
@@ -186,7 +282,7 @@ def ttft_table(records: dict[str, RequestRecords]) -> str:
 
 def stage_table(stages: dict[str, dict[str, Any]]) -> str:
     """Per policy and class: mean seconds from arrival at vllm_model to the first token, and its parts
-    (`loadtest.stages`)."""
+    (`loadtest.stages`, from the server's per-class metrics)."""
     header = ("to 1st token", "front queue", "front work", "engine")
     widths = (12, 11, 10, 7)
     lines = [
@@ -205,42 +301,108 @@ def stage_table(stages: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def ratio_table(records: dict[str, RequestRecords], candidate: str) -> str:
-    """`candidate` against every other policy: text P90 and mean TTFT, video mean TTFT and mean time per
-    output token, as ratios (below 1: the candidate is faster)."""
-    if candidate not in records:
+def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str = CANDIDATE) -> str:
+    """`candidate` over each baseline, each headline metric with its 95% interval and, where the
+    interval includes 1, "no difference measured" in place of a direction."""
+    if not ratios:
         return ""
-    reports = {p: grouped_metrics(r) for p, r in records.items()}
-    lines = [f"{candidate + ' / baseline':<26}" + "".join(f" {name:>15}" for name in HEADLINE)]
-    for baseline in records:
-        if baseline == candidate:
-            continue
-        ratios = [_ratio(get(reports[candidate]), get(reports[baseline])) for get in HEADLINE.values()]
-        lines.append(f"{candidate + ' / ' + baseline:<26}" + "".join(f" {r:>15}" for r in ratios))
+    names = [m.name for m in HEADLINE_METRICS]
+    lines = [f"{candidate + ' / baseline (95% CI)':<28}" + "".join(f" {n:>26}" for n in names)]
+    for baseline, by_metric in ratios.items():
+        cells = [_ratio_cell(by_metric[n]) for n in names]
+        lines.append(f"{candidate + ' / ' + baseline:<28}" + "".join(f" {c:>26}" for c in cells))
+    first = next(iter(ratios.values()))[names[0]]
+    lines.append(
+        f"(steady state, {first.seeds} paired seeds, {first.requests} {candidate} requests; "
+        "= : no difference measured, the interval includes 1)"
+    )
+    return "\n".join(lines)
+
+
+def _ratio_cell(ratio: Ratio) -> str:
+    mark = {"faster": "", "slower": "", "no difference measured": " ="}[ratio.verdict()]
+    return f"{ratio}{mark}"
+
+
+def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
+    """Per policy, over the steady windows: the engine's steps and the `vllm_model` loop's lag."""
+    columns = (
+        ("busy", "busy", "{:.0%}"),
+        ("step_ms_mean", "step ms", "{:.1f}"),
+        ("decode_step_ms", "decode-only ms", "{:.1f}"),
+        ("mixed_step_ms", "with-prefill ms", "{:.1f}"),
+        ("prefill_share", "prefill steps", "{:.0%}"),
+        ("running", "running", "{:.1f}"),
+        ("waiting", "waiting", "{:.1f}"),
+        ("preemptions", "preempted", "{:.0f}"),
+    )
+    header = f"{'engine, steady state':<22}" + "".join(f" {title:>15}" for _, title, _ in columns)
+    lines = [header + f" {'loop lag P99 ms':>15}"]
+    for policy, summary in analysis.items():
+        engine, lag = summary["engine"], summary["loop_lag_s"]
+        cells = [_format(fmt, engine.get(key)) for key, _, fmt in columns]
+        cells.append(_format("{:.1f}", None if "p99" not in lag else 1000 * lag["p99"]))
+        lines.append(f"{policy:<22}" + "".join(f" {c:>15}" for c in cells))
+    return "\n".join(lines)
+
+
+def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
+    """Per policy and class, mean seconds of each stage to the first token (from the run logs): vLLM's
+    own input processing is front-end work for every policy alike."""
+    titles = ("front queue", "front work", "vllm input", "engine queue", "prefill", "to 1st token")
+    lines = [f"{'stages (s)':<24} {'n':>5}" + "".join(f" {t:>12}" for t in titles)]
+    for policy, summary in analysis.items():
+        for label, stage in sorted(summary["stages"].items(), key=lambda item: _class_order(item[0])):
+            cells = [_seconds(stage[s]) for s in (*STAGES, "to_first_token_s")]
+            lines.append(
+                f"{policy + ' ' + label:<24} {int(stage['requests']):>5}"
+                + "".join(f" {c:>12}" for c in cells)
+            )
+    return "\n".join(lines)
+
+
+def process_table(runs: dict[str, list[PolicyRun]]) -> str:
+    """Per policy, each process's role, the cores it ran on and its CPU seconds (its first run)."""
+    lines = []
+    for policy, policy_runs in runs.items():
+        shown = ", ".join(f"{p['role']} [{p['cores']}] {p['cpu_s']:.0f} s" for p in policy_runs[0].processes)
+        lines.append(f"{policy}: {shown}")
     return "\n".join(lines)
 
 
 def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
-    """The configuration, the capacity measurement and, per load, each policy's pooled results."""
+    """The configuration, the placement and capacity measurements and, per load, each policy's pooled
+    steady-state results, runs, run-log analysis and processes, and the candidate's ratios."""
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     settings.update(policies=list(config.policies), rates=list(config.rates))
     settings["load_fractions"] = list(config.load_fractions)
     loads = []
     for load in demo.loads:
-        tallies, stages = load.tallies(), load.stages()
+        tallies, analysis = load.tallies(), load.analysis()
         results = {
             policy: {
                 **grouped_metrics(records),
                 "completed": int(records.completed.sum()),
-                "runs": [_run_summary(run.report["results"][policy]) for run in load.runs[policy]],
+                "runs": [_run_summary(run) for run in load.runs[policy]],
                 "requests": asdict(tallies[policy]),
-                "stages": stages[policy],
+                "analysis": analysis[policy],
             }
-            for policy, records in load.records().items()
+            for policy, records in load.pooled_records().items()
         }
-        loads.append({"rate": load.rate, "fraction": load.fraction, "results": results})
-    capacity = None if demo.capacity is None else asdict(demo.capacity)
-    return {"config": settings, "capacity": capacity, "loads": loads}
+        ratios = {
+            baseline: {name: _ratio_json(r) for name, r in by_metric.items()}
+            for baseline, by_metric in load.ratios().items()
+        }
+        loads.append(
+            {"rate": load.rate, "fraction": load.fraction, "results": results, f"{CANDIDATE}_ratios": ratios}
+        )
+    return {
+        "config": settings,
+        "placement": None if demo.placement is None else asdict(demo.placement),
+        "closed_loop": None if demo.closed_loop is None else asdict(demo.closed_loop),
+        "open_loop": None if demo.open_loop is None else asdict(demo.open_loop),
+        "loads": loads,
+    }
 
 
 def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
@@ -252,20 +414,35 @@ def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
     written = [json_path]
     for load in demo.loads:
         plot_path = config.out / f"ttft-{load.rate:.2f}.png"
-        title = f"tiny Qwen2-VL on CPU via Triton, {config.mix} at {load.name}"
-        plot_ttft_cdf(load.records(), plot_path, title)
+        title = f"tiny Qwen2-VL on CPU via Triton, {config.mix} at {load.name}, steady state"
+        plot_ttft_cdf(load.pooled_records(), plot_path, title)
         written.append(plot_path)
     return written
 
 
-def _run_summary(result: dict[str, Any]) -> dict[str, float | None]:
-    """One run's headline metrics, to see how far runs of one policy scatter."""
-    return {name: get(result) for name, get in HEADLINE.items()}
+def _run_summary(run: PolicyRun) -> dict[str, Any]:
+    """One run's steady-state headline metrics, its engine summary and processes, to see how far runs
+    of one policy scatter and why."""
+    (records,) = steady([run.bench.records])
+    return {
+        **{m.name: m.of(records) for m in HEADLINE_METRICS},
+        "engine": run.analysis["engine"],
+        "loop_lag_s": run.analysis["loop_lag_s"],
+        "processes": run.processes,
+    }
 
 
-def _ratio(value: float | None, baseline: float | None) -> str:
-    return "-" if value is None or not baseline else f"{value / baseline:.2f}x"
+def _ratio_json(ratio: Ratio) -> dict[str, Any]:
+    return {**asdict(ratio), "verdict": ratio.verdict()}
+
+
+def _class_order(label: str) -> int:
+    return ("sand", "pebbles", "rocks").index(label) if label in ("sand", "pebbles", "rocks") else 3
+
+
+def _format(fmt: str, value: float | None) -> str:
+    return "-" if value is None or value != value else fmt.format(value)
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    return "-" if value is None or value != value else f"{value:.3f}"

@@ -72,6 +72,7 @@ class BenchRun:
     isolated: RequestRecords | None
     slo_s: dict[Modality, float]
     report: dict[str, Any]
+    clock_origin_s: float = 0.0  # the records' time 0 on this machine's monotonic clock
 
 
 def read_slo(path: Path) -> dict[Modality, float]:
@@ -147,7 +148,7 @@ def run_bench(config: BenchConfig) -> BenchRun:
     result.update(requests=asdict(replayed.tally), error_examples=replayed.errors[:5])
     if config.metrics_url is not None and before is not None:
         result["stages"] = stage_breakdown(before, scrape(config.metrics_url))
-    return BenchRun(replayed.records, replayed.tally, isolated, slo, report)
+    return BenchRun(replayed.records, replayed.tally, isolated, slo, report, replayed.clock_origin_s)
 
 
 def _isolated_e2e(isolated: RequestRecords, trace: Trace) -> np.ndarray:

@@ -57,6 +57,7 @@ class Replayed:
     records: RequestRecords
     tally: Tally
     errors: list[str]  # distinct error messages, refusals included
+    clock_origin_s: float = 0.0  # the records' time 0 on this machine's monotonic clock
 
 
 def drain_allowance_s(
@@ -124,7 +125,7 @@ def replay(
         level=np.array(levels),
         num_levels=len(RequestClass),
     )
-    return Replayed(records, tally, errors)
+    return Replayed(records, tally, errors, clock_origin_s=start)
 
 
 def one_at_a_time(url: str, trace: Trace, requests: list[Generation]) -> RequestRecords:

@@ -10,6 +10,7 @@ isolated mode and finds the virtualenv only through `PATH`, so the venv's bin go
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -46,6 +47,7 @@ class Endpoints:
     http_port: int
     grpc_port: int
     metrics_port: int
+    pid: int | None = None  # the tritonserver process, once started
 
     @property
     def http_url(self) -> str:
@@ -230,7 +232,7 @@ def local_server(
                         f"the end of {log_path}:\n{log_tail(log_path)}"
                     )
                 time.sleep(1.0)
-            yield endpoints
+            yield dataclasses.replace(endpoints, pid=process.pid)
         finally:
             mapped = {p for p in shm_mapped_by(process.pid) if not p.name.startswith(shm_prefix)}
             _stop(process)

@@ -6,14 +6,19 @@ settings, vLLM engine arguments, the media limits and `max_pending_requests`: ho
 `max_queue_size` of Triton's own queue policy (absent or null: no limit, as Triton's default), and
 `class_source`: whether `vllm_model` checks the class a request carries (`verify`, the default) or takes
 it as given (`trust`), see `triton.classes`; `front_end_workers`, the threads that decode and render
-requests' media in class order (`triton.front_end`).
+requests' media (`triton.front_end`), and `front_end`: whether they take requests in class order and
+render them for the engine (`class`) or in arrival order, leaving the rendering to vLLM's own renderer
+(`vllm`); absent or null: `class` under the plug-in's policies, `vllm` under the stock baselines, each
+as it ships (set it to compare front ends under one policy).
 Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies.
-`RPS_MODEL` and `RPS_POLICY` override the model and the policy (`rps-serve serve --model/--policy` sets
-them); `RPS_ENGINE_ARGS` (JSON) overrides engine arguments key by key.
+`RPS_MODEL`, `RPS_POLICY` and `RPS_FRONT_END` override the model, the policy and the front end
+(`rps-serve serve --model/--policy` sets the first two); `RPS_ENGINE_ARGS` (JSON) overrides engine
+arguments key by key.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 from collections.abc import Mapping
@@ -29,7 +34,29 @@ from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
 SETTINGS_FILE = Path("vllm_model") / "model.json"
 MODEL_ENV = "RPS_MODEL"
 POLICY_ENV = "RPS_POLICY"
+FRONT_END_ENV = "RPS_FRONT_END"
+RUN_LOG_ENV = "RPS_RUN_LOG"  # where `vllm_model` writes its run log (`triton.run_log`), if set
 ENGINE_ARGS_ENV = "RPS_ENGINE_ARGS"
+
+
+class FrontEndMode(enum.Enum):
+    """Who orders and renders requests before the engine (model.json's `front_end`)."""
+
+    CLASS = "class"  # the front end's workers, in class order, render the engine's input themselves
+    VLLM = "vllm"  # the workers decode media in arrival order; vLLM's renderer does the rest
+
+    @classmethod
+    def parse(cls, name: str) -> FrontEndMode:
+        try:
+            return cls(name.strip().lower())
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise ValueError(f"front_end must be one of {choices}, got {name!r}") from None
+
+    @classmethod
+    def shipped(cls, policy: Policy) -> FrontEndMode:
+        """Each policy's front end as it ships: vLLM's for the stock baselines, ours for the plug-in."""
+        return cls.VLLM if policy.is_stock else cls.CLASS
 
 
 @dataclass(frozen=True)
@@ -43,6 +70,11 @@ class ServingSettings:
     max_pending_requests: int | None = None
     class_source: ClassSource = ClassSource.VERIFY
     front_end_workers: int = 2
+    front_end: FrontEndMode | None = None  # None: the policy's own (`FrontEndMode.shipped`)
+
+    @property
+    def front_end_mode(self) -> FrontEndMode:
+        return self.front_end or FrontEndMode.shipped(self.policy)
 
     def engine_kwargs(self) -> dict[str, Any]:
         """`AsyncEngineArgs` keyword arguments: the engine arguments plus the scheduler for the policy."""
@@ -104,6 +136,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         raise ValueError(
             f"{file}: class_source must be one of {choices}, got {raw['class_source']!r}"
         ) from None
+    front_end = env.get(FRONT_END_ENV) or raw.get("front_end")
     workers = raw.get("front_end_workers", 2)
     if type(workers) is not int or workers < 1:
         raise ValueError(f"{file}: front_end_workers must be a positive integer, got {workers!r}")
@@ -117,6 +150,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         max_pending_requests=max_pending,
         class_source=class_source,
         front_end_workers=workers,
+        front_end=None if front_end is None else FrontEndMode.parse(str(front_end)),
     )
 
 

@@ -9,8 +9,9 @@ rarely one through an ensemble: the engine finishes those).
 The class travels from the ensemble as tensors, checked against this model's own estimate
 (`triton.classes`), and reaches the RPS scheduler in `SamplingParams.extra_args`; requests sent here
 directly carry none, and the engine classifies them itself. Before the engine, a request's media are
-decoded (and, under class-aware policies, its input rendered) once, by the front end's workers in class
-order (`triton.front_end`), never on the loop.
+decoded (and, with the class front end, its input rendered) once, by the front end's workers in class
+order (`triton.front_end`), never on the loop. With `RPS_RUN_LOG` set, every engine step, the loop's
+lag and each request's stages go to that file (`triton.run_log`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -49,7 +51,8 @@ from rps_serve.triton.front_end import FrontEnd
 from rps_serve.triton.media import MediaLimits
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
-from rps_serve.triton.settings import load_settings
+from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, step_recorder, watch_loop_lag
+from rps_serve.triton.settings import FrontEndMode, load_settings
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 
 logger = logging.getLogger(__name__)
@@ -109,6 +112,10 @@ class _Progress:
     finish_reason: str = ""
     cancelled: bool = False
     outputs: frozenset[str] = frozenset()  # the outputs the request asked for (see `requested_outputs`)
+    # Where the request spent its time before the engine (monotonic seconds), for the run log.
+    front_end_queue_s: float = 0.0
+    front_end_work_s: float = 0.0
+    submitted: float = 0.0  # handed to `generate`
 
 
 class TritonPythonModel:
@@ -123,34 +130,40 @@ class TritonPythonModel:
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
         self.max_pending = settings.max_pending_requests
         self.pending = 0  # requests between admission and their final response (loop thread only)
+        self.policy = settings.policy
+        self.run_log = RunLog.from_environment()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-model-loop", daemon=True)
         self.thread.start()
         starting = asyncio.run_coroutine_threadsafe(self._start_engine(settings.engine_kwargs()), self.loop)
         self.engine = starting.result()
-        # Class-aware policies order the CPU work before the engine by class and render inputs
-        # themselves; the stock baselines keep vLLM's own front end (arrival order).
-        class_aware = not settings.policy.is_stock
-        self.renderer = MediaRenderer(self.engine) if class_aware else None
+        # The class front end orders the CPU work before the engine by class and renders inputs itself;
+        # vLLM's keeps vLLM's own renderer (arrival order), as the stock baselines ship.
+        class_ordered = settings.front_end_mode is FrontEndMode.CLASS
+        self.renderer = MediaRenderer(self.engine) if class_ordered else None
         if self.renderer is not None:
             asyncio.run_coroutine_threadsafe(self.renderer.prepare(), self.loop).result()
-        self.front_end = FrontEnd(settings.front_end_workers, class_ordered=class_aware)
+        self.front_end = FrontEnd(settings.front_end_workers, class_ordered=class_ordered)
         self.inspector = ThreadPoolExecutor(1, thread_name_prefix="vllm-model-inspect")
+        if self.run_log is not None:
+            self.loop.call_soon_threadsafe(self.loop.create_task, watch_loop_lag(self.run_log))
         logger.info(
-            "vllm_model: %s, policy %s, %d front-end workers (%s order)",
+            "vllm_model: %s, policy %s, %d front-end workers (%s front end)",
             settings.model,
             settings.policy.value,
             settings.front_end_workers,
-            "class" if class_aware else "arrival",
+            settings.front_end_mode.value,
         )
 
     async def _start_engine(self, kwargs: dict[str, Any]) -> Any:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(
-            AsyncEngineArgs(**kwargs), stat_loggers=[kv_cache_usage_logger(self.metrics.kv_cache_usage)]
-        )
+        loggers = [kv_cache_usage_logger(self.metrics.kv_cache_usage)]
+        if self.run_log is not None:
+            kwargs = {**kwargs, ITERATION_DETAILS_ARG: True}
+            loggers.append(step_recorder(self.run_log))
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=loggers)
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
@@ -163,6 +176,8 @@ class TritonPythonModel:
         self.metrics.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
+        if self.run_log is not None:
+            self.run_log.close()
 
     async def _serve(self, request: Any) -> None:
         """Answer one request; whatever happens, its last message carries the final flag.
@@ -203,6 +218,7 @@ class TritonPythonModel:
         )
         info = self.classes.decide(supplied_class(get), features)
         params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)
+        priority = self.policy.request_priority(info.level, features.modality)
         request_id = f"{request.request_id() or 'triton'}-{uuid.uuid4().hex}"
         progress = _Progress(outputs=frozenset(request.requested_output_names()))
         self.metrics.admitted(info.request_class)
@@ -210,7 +226,9 @@ class TritonPythonModel:
             prompt = await self._through_front_end(parsed, info, arrival, arrival_wall, sender, progress)
             if prompt is not None:
                 streaming = asyncio.ensure_future(
-                    self._stream(prompt, params, request_id, parsed, sender, progress, info, arrival)
+                    self._stream(
+                        prompt, params, priority, request_id, parsed, sender, progress, info, arrival
+                    )
                 )
                 await self._until_done_or_cancelled(streaming, sender, progress)
             if progress.cancelled:
@@ -260,10 +278,15 @@ class TritonPythonModel:
             except Exception as error:
                 deliver(error)
             finally:
+                progress.front_end_queue_s = started - arrival
+                progress.front_end_work_s = time.monotonic() - started
                 # Every call into Triton (metrics too) stays on the loop's thread: the stub's messages to
                 # the server from several threads at once crash the server.
                 loop.call_soon_threadsafe(
-                    self.metrics.front_end, info.request_class, started - arrival, time.monotonic() - started
+                    self.metrics.front_end,
+                    info.request_class,
+                    progress.front_end_queue_s,
+                    progress.front_end_work_s,
                 )
 
         ticket = self.front_end.submit(info.level, work)
@@ -292,6 +315,7 @@ class TritonPythonModel:
         self,
         prompt: dict[str, Any],
         params: Any,
+        priority: int,
         request_id: str,
         parsed: p.GenerateRequest,
         sender: Any,
@@ -300,9 +324,8 @@ class TritonPythonModel:
         arrival: float,
     ) -> None:
         # Closing the generator early makes vLLM abort the request.
-        # The class level is also the request's vLLM priority, which stock vLLM's priority policy orders
-        # by (vllm-priority); FCFS ignores it and the RPS scheduler sets its own.
-        generation = self.engine.generate(prompt, params, request_id, priority=info.level)
+        progress.submitted = time.monotonic()
+        generation = self.engine.generate(prompt, params, request_id, priority=priority)
         async with contextlib.aclosing(generation) as outputs:
             async for output in outputs:
                 self._record(output, progress, info, arrival)
@@ -325,12 +348,35 @@ class TritonPythonModel:
         if completion.token_ids and not progress.first_token:
             progress.first_token = True
             self.metrics.first_token(info.request_class, time.monotonic() - arrival)
+            if self.run_log is not None:
+                self._log_stages(output, progress, info, arrival)
         progress.text = completion.text
         progress.output_tokens = len(completion.token_ids)
         progress.input_tokens = len(output.prompt_token_ids or ())
         progress.finish_reason = completion.finish_reason or ""
         if output.metrics is not None:
             progress.preemptions = output.metrics.num_preemptions
+
+    def _log_stages(self, output: Any, progress: _Progress, info: ClassInfo, arrival: float) -> None:
+        """A request's way to its first token, stage by stage, for every front end alike: vLLM's own
+        input processing (from `generate` to the engine core's queue) counts as front-end work, not as
+        the engine's. The engine core's timestamps are monotonic seconds, the clock used here."""
+        assert self.run_log is not None
+        stats = output.metrics
+        queued = getattr(stats, "queued_ts", 0.0) or math.nan
+        scheduled = getattr(stats, "scheduled_ts", 0.0) or math.nan
+        first = getattr(stats, "first_token_ts", 0.0) or math.nan
+        self.run_log.write(
+            "request",
+            level=info.level,
+            arrival=arrival,
+            front_end_queue_s=progress.front_end_queue_s,
+            front_end_work_s=progress.front_end_work_s,
+            vllm_input_s=queued - progress.submitted,
+            engine_queue_s=scheduled - queued,
+            prefill_s=first - scheduled,
+            to_first_token_s=time.monotonic() - arrival,
+        )
 
     @staticmethod
     def _response(text: str, progress: _Progress, info: ClassInfo) -> Any:

@@ -1,11 +1,12 @@
 """Several runs of one policy as one: server-side stages weighted by requests, tallies added up, and
-the ratio table read off the pooled records."""
+the ratio table with its intervals and verdicts."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from rps_serve.comparison import ratio_rows
 from rps_serve.loadtest.demo import ratio_table
 from rps_serve.loadtest.stages import pooled_stages
 from rps_serve.metrics import RequestRecords
@@ -48,26 +49,32 @@ def test_tallies_add_up() -> None:
     assert total == Tally(15, 11, 1, 2, 1)
 
 
-def _records(text_ttft: list[float], video_ttft: list[float]) -> RequestRecords:
-    ttft = np.array(text_ttft + video_ttft)
+def _records(text_ttft: np.ndarray, video_ttft: np.ndarray) -> RequestRecords:
+    ttft = np.concatenate([text_ttft, video_ttft])
     modality = np.array([Modality.TEXT.index] * len(text_ttft) + [Modality.VIDEO.index] * len(video_ttft))
     n = len(ttft)
     return RequestRecords(
-        arrival_s=np.zeros(n),
-        first_token_s=ttft,
-        finish_s=ttft + 1.0,
+        arrival_s=np.arange(n, dtype=float),
+        first_token_s=np.arange(n) + ttft,
+        finish_s=np.arange(n) + ttft + 1.0,
         output_tokens=np.full(n, 11),
         modality=modality,
         level=np.zeros(n, dtype=int),
     )
 
 
-def test_the_ratio_table_divides_the_candidate_by_each_baseline() -> None:
-    records = {
-        "fcfs": _records([1.0] * 10, [2.0, 2.0]),
-        "rps": _records([0.5] * 10, [3.0, 3.0]),
-    }
-    table = ratio_table(records, candidate="rps")
-    row = next(line for line in table.splitlines() if line.startswith("rps / fcfs"))
-    assert row.split()[3:] == ["0.50x", "0.50x", "1.50x", "1.00x"]
-    assert ratio_table(records, candidate="edf") == ""
+def test_the_ratio_table_shows_each_interval_and_marks_those_that_include_one() -> None:
+    rng = np.random.default_rng(0)
+    fcfs, rps = [], []
+    for _ in range(3):
+        text, video = rng.exponential(1.0, 200), rng.exponential(2.0, 40)
+        fcfs.append(_records(text, video))
+        rps.append(_records(text / 2, video))  # text twice as fast, video the same
+    ratios = ratio_rows({"fcfs": fcfs, "rps": rps}, "rps")
+    row = next(line for line in ratio_table(ratios).splitlines() if line.startswith("rps / fcfs"))
+    text_p90 = ratios["fcfs"]["text P90 TTFT"]
+    assert str(text_p90) in row and text_p90.verdict() == "faster"
+    video = ratios["fcfs"]["video mean TTFT"]
+    assert video.verdict() == "no difference measured"
+    assert f"{video} =" in row
+    assert ratio_table({}) == ""

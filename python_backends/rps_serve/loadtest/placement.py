@@ -1,0 +1,134 @@
+"""Where a benchmark's processes run, and what each of them used.
+
+On a GPU server the engine's compute runs on its own device, and the host's CPU work (Triton, the
+Python-backend stubs, vLLM's EngineCore, the load client) cannot slow its steps. On the CPU stack the
+same holds only if the engine's worker has cores of its own: `Placement` gives it the last core(s)
+(vLLM's `VLLM_CPU_OMP_THREADS_BIND` binds the worker's threads there) and pins this process, and so
+every process it starts, to the others. `process_usage` reads, for a server's process tree and this
+process, which cores each may run on and the CPU seconds it has used, so that a run records both.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+@dataclass(frozen=True)
+class Placement:
+    engine_cores: tuple[int, ...]
+    host_cores: tuple[int, ...]
+
+    @classmethod
+    def split(cls, engine_cores: int = 1) -> Placement | None:
+        """The last `engine_cores` of the cores this process may use for the engine, the rest for
+        everything else; None where that leaves the host no core."""
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) <= engine_cores:
+            return None
+        return cls(tuple(cores[-engine_cores:]), tuple(cores[:-engine_cores]))
+
+    def environment(self) -> dict[str, str]:
+        """For the server's environment: where vLLM's CPU worker binds its threads."""
+        return {OMP_BIND_ENV: ",".join(str(core) for core in self.engine_cores)}
+
+    def pin_this_process(self) -> None:
+        """Every thread of this process, and every process or thread it starts from now on, on the host
+        cores (an affinity is a thread's: setting the process's leaves its other threads where they were)."""
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                os.sched_setaffinity(int(task.name), self.host_cores)
+            except OSError:  # ended meanwhile
+                continue
+
+    def describe(self) -> str:
+        return f"engine worker on core(s) {_cores(self.engine_cores)}, the rest on {_cores(self.host_cores)}"
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """One process: what it is, the cores its threads may run on, and its CPU seconds so far."""
+
+    role: str
+    pid: int
+    cores: str
+    cpu_s: float
+
+
+def process_usage(server_pid: int | None) -> list[ProcessUsage]:
+    """This process (the load client) and the server's process tree, each with its role."""
+    import psutil
+
+    processes = [psutil.Process()]
+    if server_pid is not None:
+        try:
+            root = psutil.Process(server_pid)
+            processes += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    usage = []
+    for process in processes:
+        try:
+            with process.oneshot():
+                times = process.cpu_times()
+                role = "client" if process.pid == os.getpid() else _role(process.name(), process.cmdline())
+                usage.append(
+                    ProcessUsage(role, process.pid, _thread_cores(process), times.user + times.system)
+                )
+        except psutil.Error:  # ended meanwhile
+            continue
+    return usage
+
+
+def usage_during(before: Sequence[ProcessUsage], after: Sequence[ProcessUsage]) -> list[dict[str, Any]]:
+    """Per process alive at the end: its role, cores and the CPU seconds it used between the two
+    readings (all of them for a process started in between)."""
+    earlier = {u.pid: u.cpu_s for u in before}
+    return [
+        {**asdict(u), "cpu_s": round(u.cpu_s - earlier.get(u.pid, 0.0), 2)}
+        for u in sorted(after, key=lambda u: u.role)
+    ]
+
+
+def _role(name: str, cmdline: list[str]) -> str:
+    if "triton_python_backend_stub" in name or any("triton_python_backend_stub" in a for a in cmdline[:1]):
+        # The stub's first argument is the model's file: <repository>/<model>/<version>/model.py.
+        model = Path(cmdline[1]).parts[-3] if len(cmdline) > 1 and len(Path(cmdline[1]).parts) >= 3 else "?"
+        return f"stub {model}"
+    return name
+
+
+def _thread_cores(process: Any) -> str:
+    """The cores the process's threads may run on (threads can be bound apart from their process),
+    each set with its share of the process's CPU time so far: "1 (97%), 0 (3%)"."""
+    shares: dict[str, float] = {}
+    for thread in process.threads():
+        try:
+            cores = _cores(tuple(sorted(os.sched_getaffinity(thread.id))))
+        except OSError:  # ended meanwhile
+            continue
+        shares[cores] = shares.get(cores, 0.0) + thread.user_time + thread.system_time
+    total = sum(shares.values()) or 1.0
+    ranked = sorted(shares.items(), key=lambda item: -item[1])
+    return ", ".join(f"{cores} ({100 * cpu / total:.0f}%)" for cores, cpu in ranked)
+
+
+def _cores(cores: Sequence[int]) -> str:
+    """ "0,2-4" for (0, 2, 3, 4)."""
+    ranges: list[str] = []
+    start = previous = None
+    for core in sorted(cores):
+        if previous is not None and core == previous + 1:
+            previous = core
+            continue
+        if start is not None:
+            ranges.append(f"{start}" if start == previous else f"{start}-{previous}")
+        start = previous = core
+    if start is not None:
+        ranges.append(f"{start}" if start == previous else f"{start}-{previous}")
+    return ",".join(ranges)

@@ -1,0 +1,126 @@
+"""Where a run's time went, from the server's run log (`triton.run_log`) over a window of the run: per
+engine step (its time, prompt and decode tokens, running and waiting requests, encoder inputs,
+preemptions), the `vllm_model` loop's lag, and per class each request's stages to its first token.
+
+The window is the load client's steady state, on the machine's monotonic clock, so that ramp-up and
+drain do not dilute what the engine did under load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rps_serve.requests import RequestClass
+
+STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
+# Engine steps whose decode requests share the step with a prefill chunk: their tokens wait for it.
+_MIXED = "prefill_tokens"
+
+
+def read_run_log(path: Path) -> list[dict[str, Any]]:
+    """The log's records in order; an unfinished last line (a server killed mid-write) is skipped."""
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def in_window(records: Iterable[dict[str, Any]], kind: str, start: float, end: float) -> list[dict[str, Any]]:
+    """The `kind` records between `start` and `end`; requests by their arrival, the rest by time."""
+    key = "arrival" if kind == "request" else "t"
+    return [r for r in records if r["kind"] == kind and start <= r[key] <= end]
+
+
+def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str, float]:
+    """What the engine did over a window of `window_s` seconds, from its steps."""
+    timed = [s for s in steps if "step_ms" in s]
+    if not timed or window_s <= 0:
+        return {"steps": float(len(timed))}
+    step_ms = np.array([s["step_ms"] for s in timed])
+    prefill = np.array([s[_MIXED] for s in timed])
+    decode = np.array([s["decode_requests"] for s in timed])
+    return {
+        "steps": float(len(timed)),
+        "busy": float(step_ms.sum() / 1000 / window_s),
+        "step_ms_mean": float(step_ms.mean()),
+        "step_ms_p90": float(np.percentile(step_ms, 90)),
+        "decode_step_ms": _mean(step_ms[(prefill == 0) & (decode > 0)]),
+        "mixed_step_ms": _mean(step_ms[(prefill > 0) & (decode > 0)]),
+        "prefill_share": float((prefill > 0).mean()),
+        "prefill_tokens_per_step": float(prefill.mean()),
+        "decode_requests_per_step": float(decode.mean()),
+        "running": float(np.mean([s["running"] for s in timed])),
+        "waiting": float(np.mean([s["waiting"] for s in timed])),
+        "encoder_inputs": float(sum(s["encoder_inputs"] for s in timed)),
+        "preemptions": float(sum(s["preempted"] for s in steps)),
+    }
+
+
+def loop_lag(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean, P99 and largest lag of the `vllm_model` loop, seconds."""
+    lags = np.array([s["lag_s"] for s in samples])
+    if not lags.size:
+        return {}
+    return {"mean": float(lags.mean()), "p99": float(np.percentile(lags, 99)), "max": float(lags.max())}
+
+
+def request_stages(requests: Sequence[dict[str, Any]], num_levels: int = 3) -> dict[str, dict[str, float]]:
+    """Per class: requests, and mean seconds of each stage to the first token (`STAGES`, and the
+    whole `to_first_token_s`; the stages leave out the streaming of the first token back)."""
+    by_class: dict[str, dict[str, float]] = {}
+    for level in range(num_levels):
+        mine = [r for r in requests if r["level"] == level]
+        label = RequestClass.for_level(level, num_levels).label
+        if not mine:
+            continue
+        by_class[label] = {"requests": float(len(mine))} | {
+            stage: _mean(np.array([r[stage] for r in mine], dtype=float))
+            for stage in (*STAGES, "to_first_token_s")
+        }
+    return by_class
+
+
+def summarize(path: Path, start: float, end: float) -> dict[str, Any]:
+    """The run log at `path` over [start, end] (monotonic seconds): engine, loop lag, stages."""
+    records = read_run_log(path)
+    return {
+        "window_s": end - start,
+        "engine": engine_summary(in_window(records, "step", start, end), end - start),
+        "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
+        "stages": request_stages(in_window(records, "request", start, end)),
+    }
+
+
+def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several runs' summaries as one: every number averaged over the runs that have it, weighted by
+    their requests for the stages."""
+    engine = _average([s["engine"] for s in summaries])
+    lag = _average([s["loop_lag_s"] for s in summaries])
+    stages: dict[str, dict[str, float]] = {}
+    for label in {c for s in summaries for c in s["stages"]}:
+        parts = [s["stages"][label] for s in summaries if label in s["stages"]]
+        weights = np.array([p["requests"] for p in parts])
+        stages[label] = {"requests": float(weights.sum())} | {
+            stage: float(np.average([p[stage] for p in parts], weights=weights))
+            for stage in (*STAGES, "to_first_token_s")
+        }
+    return {"engine": engine, "loop_lag_s": lag, "stages": stages}
+
+
+def _average(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    keys = {k for p in parts for k in p}
+    return {k: float(np.nanmean([p.get(k, math.nan) for p in parts])) for k in sorted(keys)}
+
+
+def _mean(values: np.ndarray) -> float:
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if values.size else math.nan
