@@ -48,9 +48,13 @@ tiny-model: $(TINY_MODEL)/config.json
 model-repository: $(ONNX)
 
 # Replays a mixed text/image/video workload through tritonclient against the local tritonserver, under
-# vLLM's FCFS, vLLM's priority policy with our classes, and RPS, and prints TTFT per modality.
+# vLLM's FCFS, vLLM's priority policy with our classes, and RPS: the open-loop capacity first (20 s
+# closed loop for a ceiling, two probes below it), then 3 paired seeds per policy at 0.7x of it, the
+# engine's worker on a core of its own, each policy on a fresh server; TTFT per modality, RPS's
+# ratios with their 95% intervals, where the time went (about 15 minutes on 2 cores).
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve --verbose demo --out $(OUT)/demo
+	$(BIN)/rps-serve demo --server-per-policy --calibrate-s 20 --probes 2 --probe-s 40 --requests 100 \
+		--out $(OUT)/demo
 
 serve: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve serve
@@ -81,10 +85,13 @@ microbench bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_cost_model
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
 
-# The product through Triton: FCFS, vLLM priority and RPS on fresh servers at 60% and 90% of the capacity
-# measured first, 3 interleaved repeats pooled (about 50 minutes on 2 cores).
+# The product through Triton, the demo's method at full length: FCFS, vLLM priority with our classes and
+# with the modality, and RPS, a fresh server for every run, 3 paired seeds interleaved at 60% and 90%
+# of the open-loop capacity (bisected with 4 probes) (about 60 minutes on 2 cores).
+COMPARE_POLICIES ?= fcfs,vllm-priority,modality-priority,rps
 compare: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve --verbose demo --load-fraction 0.6,0.9 --repeats 3 --out $(OUT)/compare
+	$(BIN)/rps-serve demo --load-fraction 0.6,0.9 --repeats 3 --probes 4 --policies $(COMPARE_POLICIES) \
+		--out $(OUT)/compare
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.

@@ -14,6 +14,9 @@
 6. error of TTFT mean and P90 per modality and of TPOT mean, simulated against measured, per load:
    `fidelity.json` and a table.
 
+Placed as `rps-serve demo` places its runs (`loadtest.placement`): the engine's worker on a core of
+its own, this script and everything it starts on the others (`--no-pin`: where the OS puts them).
+
 `python benchmarks/fidelity.py --out out/fidelity` (`make fidelity`); about 15 minutes on 2 cores.
 """
 
@@ -35,6 +38,7 @@ import numpy as np
 
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
+from rps_serve.loadtest.placement import Placement
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
@@ -280,8 +284,16 @@ def main() -> int:
         action="store_true",
         help="keep the bench-POLICY.json of an earlier run (rebuild the rest)",
     )
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave the engine's worker where the OS puts it"
+    )
     args = parser.parse_args()
 
+    placement = None if args.no_pin else Placement.split()
+    if placement is not None:
+        placement.pin_this_process()  # the servers and clients started from here inherit it
+        os.environ.update(placement.environment())
+        print(placement.describe(), flush=True)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

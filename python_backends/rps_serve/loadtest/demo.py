@@ -329,6 +329,7 @@ def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
     columns = (
         ("busy", "busy", "{:.0%}"),
         ("step_ms_mean", "step ms", "{:.1f}"),
+        ("step_ms_per_decode", "step/decode ms", "{:.1f}"),
         ("decode_step_ms", "decode-only ms", "{:.1f}"),
         ("mixed_step_ms", "with-prefill ms", "{:.1f}"),
         ("prefill_share", "prefill steps", "{:.0%}"),
@@ -428,6 +429,8 @@ def _run_summary(run: PolicyRun) -> dict[str, Any]:
         **{m.name: m.of(records) for m in HEADLINE_METRICS},
         "engine": run.analysis["engine"],
         "loop_lag_s": run.analysis["loop_lag_s"],
+        "run_log": run.analysis["run_log"],
+        "steady_window_monotonic_s": run.analysis["window"],
         "processes": run.processes,
     }
 

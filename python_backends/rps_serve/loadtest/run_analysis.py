@@ -53,6 +53,8 @@ def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str
         "busy": float(step_ms.sum() / 1000 / window_s),
         "step_ms_mean": float(step_ms.mean()),
         "step_ms_p90": float(np.percentile(step_ms, 90)),
+        # The mean step a decoding request sits through: what its time per output token is made of.
+        "step_ms_per_decode": float((step_ms * decode).sum() / decode.sum()) if decode.any() else math.nan,
         "decode_step_ms": _mean(step_ms[(prefill == 0) & (decode > 0)]),
         "mixed_step_ms": _mean(step_ms[(prefill > 0) & (decode > 0)]),
         "prefill_share": float((prefill > 0).mean()),
@@ -93,7 +95,8 @@ def summarize(path: Path, start: float, end: float) -> dict[str, Any]:
     """The run log at `path` over [start, end] (monotonic seconds): engine, loop lag, stages."""
     records = read_run_log(path)
     return {
-        "window_s": end - start,
+        "run_log": str(path),
+        "window": [start, end],
         "engine": engine_summary(in_window(records, "step", start, end), end - start),
         "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
         "stages": request_stages(in_window(records, "request", start, end)),

@@ -43,6 +43,9 @@ class RunLog:
     def write(self, kind: str, **fields: Any) -> None:
         self._file.write(json.dumps({"kind": kind, "t": time.monotonic(), **fields}) + "\n")
 
+    def flush(self) -> None:
+        self._file.flush()
+
     def close(self) -> None:
         self._file.close()
 
@@ -92,8 +95,10 @@ def step_recorder(log: RunLog) -> Callable[[Any, int], StatLoggerBase]:
 
 async def watch_loop_lag(log: RunLog, period_s: float = LAG_PERIOD_S) -> None:
     """Forever: sleep `period_s` and record how much later than asked the loop woke up, which is how
-    long any response the loop had to send waited behind other work on it (or behind the GIL)."""
+    long any response the loop had to send waited behind other work on it (or behind the GIL); then
+    flush the log, so that a reader is never more than `period_s` behind the server."""
     while True:
         asked = time.monotonic()
         await asyncio.sleep(period_s)
         log.write("lag", lag_s=round(time.monotonic() - asked - period_s, 5))
+        log.flush()

@@ -145,8 +145,11 @@ class TritonPythonModel:
             asyncio.run_coroutine_threadsafe(self.renderer.prepare(), self.loop).result()
         self.front_end = FrontEnd(settings.front_end_workers, class_ordered=class_ordered)
         self.inspector = ThreadPoolExecutor(1, thread_name_prefix="vllm-model-inspect")
-        if self.run_log is not None:
-            self.loop.call_soon_threadsafe(self.loop.create_task, watch_loop_lag(self.run_log))
+        self.lag_watch = (
+            None
+            if self.run_log is None
+            else asyncio.run_coroutine_threadsafe(watch_loop_lag(self.run_log), self.loop)
+        )
         logger.info(
             "vllm_model: %s, policy %s, %d front-end workers (%s front end)",
             settings.model,
@@ -174,6 +177,8 @@ class TritonPythonModel:
         self.inspector.shutdown(wait=False, cancel_futures=True)
         self.engine.shutdown()
         self.metrics.close()
+        if self.lag_watch is not None:
+            self.lag_watch.cancel()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
         if self.run_log is not None:

@@ -50,10 +50,11 @@ def start_server(
     media: dict[str, int] | None = None,
     max_pending_requests: int | None = None,
     model_files: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Server]:
     """A server on a copy of the repository; `media` overrides model.json's media limits,
-    `max_pending_requests` its admission limit, and `model_files` replaces models' `1/model.py`
-    (model name -> source)."""
+    `max_pending_requests` its admission limit, `model_files` replaces models' `1/model.py`
+    (model name -> source), and `env` adds to the server's environment (`RPS_POLICY`, say)."""
     work = tmp_path_factory.mktemp("triton")
     model = work / "tiny-qwen2-vl"
     build_tiny_model(model, SPEC)
@@ -70,8 +71,8 @@ def start_server(
         (repository / name / "1" / "model.py").write_text(source)
     configure_cpu_engine_environment(work / "vllm")
     # The engine core must be its own process under AsyncLLM, whatever other tests set.
-    env = {MODEL_ENV: str(model), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    with local_server(repository, work, env=env) as endpoints:
+    server_env = {MODEL_ENV: str(model), "VLLM_ENABLE_V1_MULTIPROCESSING": "1", **(env or {})}
+    with local_server(repository, work, env=server_env) as endpoints:
         yield Server(endpoints, repository, model)
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.triton.repository import REPOSITORY
-from rps_serve.triton.settings import load_settings, read_settings
+from rps_serve.triton.settings import FrontEndMode, load_settings, read_settings
 
 
 @pytest.fixture
@@ -93,3 +94,30 @@ def test_max_pending_requests_is_unbounded_unless_set(tmp_path: Path) -> None:
     assert read_settings(file, tmp_path).max_pending_requests is None
     file.write_text(json.dumps({"model": "/models/m", "max_pending_requests": 8}))
     assert read_settings(file, tmp_path).max_pending_requests == 8
+
+
+@pytest.mark.parametrize(
+    ("policy", "shipped"),
+    [("rps", FrontEndMode.CLASS), ("static", FrontEndMode.CLASS), ("fcfs", FrontEndMode.VLLM),
+     ("vllm-priority", FrontEndMode.VLLM), ("modality-priority", FrontEndMode.VLLM)],
+)  # fmt: skip
+def test_each_policy_ships_with_its_front_end_and_either_can_be_chosen(
+    repository: Path, policy: str, shipped: FrontEndMode
+) -> None:
+    env = {"RPS_MODEL": "../model", "RPS_POLICY": policy}
+    assert load_settings(repository, env).front_end_mode is shipped
+    for mode in FrontEndMode:
+        assert load_settings(repository, {**env, "RPS_FRONT_END": mode.value}).front_end_mode is mode
+
+
+def test_an_unknown_front_end_is_refused_with_the_choices(repository: Path) -> None:
+    with pytest.raises(ValueError, match="class, vllm"):
+        load_settings(repository, {"RPS_MODEL": "../model", "RPS_FRONT_END": "fastest"})
+
+
+def test_modality_priority_is_stock_vllm_priority_by_modality(repository: Path) -> None:
+    settings = load_settings(repository, {"RPS_MODEL": "../model", "RPS_POLICY": "modality-priority"})
+    kwargs = settings.engine_kwargs()
+    assert kwargs["scheduling_policy"] == "priority" and "scheduler_cls" not in kwargs
+    assert [settings.policy.request_priority(2, m) for m in Modality] == [m.index for m in Modality]
+    assert Policy.VLLM_PRIORITY.request_priority(2, Modality.TEXT) == 2

@@ -1,0 +1,46 @@
+"""The open-loop capacity: a backlog's growth read off a run's records, and the bisection on it,
+against a single-server FCFS queue whose capacity is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rps_serve.loadtest.capacity import backlog_growth, search_open_loop_capacity
+from rps_serve.loadtest.replay import Replayed
+from rps_serve.metrics import RequestRecords
+from rps_serve.triton.client import Tally
+
+SERVICE_S = 0.25  # the queue serves 4 requests per second
+
+
+def _fcfs_queue(rate: float, requests: int = 400, seed: int = 0) -> RequestRecords:
+    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, requests))
+    finish = np.empty(requests)
+    free = 0.0
+    for i, arrival in enumerate(arrivals):
+        free = max(free, arrival) + SERVICE_S
+        finish[i] = free
+    n = requests
+    return RequestRecords(arrivals, finish, finish, np.ones(n), np.zeros(n, int), np.zeros(n, int))
+
+
+def test_a_stable_queue_does_not_grow_and_an_overloaded_one_grows_by_the_excess() -> None:
+    assert abs(backlog_growth(_fcfs_queue(2.0))) < 0.1 * 2.0
+    # At 6/s against 4/s served, the system gains about 2 requests a second.
+    assert backlog_growth(_fcfs_queue(6.0, requests=4000)) == pytest.approx(6.0 - 1 / SERVICE_S, rel=0.1)
+
+
+def test_the_search_brackets_the_known_capacity() -> None:
+    rates = []
+
+    def probe(rate: float) -> Replayed:
+        rates.append(rate)
+        records = _fcfs_queue(rate, requests=int(rate * 200))
+        return Replayed(records, Tally(len(records.ttft), len(records.ttft), 0, 0, 0), [])
+
+    found = search_open_loop_capacity(probe, ceiling=8.0, probes=5)
+    assert rates == [p.rate for p in found.probes] and len(rates) == 5
+    # Bisection of [2.4, 8] five times resolves 0.175/s; the bounded-growth test lets 10% through.
+    assert 0.8 * (1 / SERVICE_S) <= found.rate <= 1.1 * (1 / SERVICE_S)
+    assert all(p.bounded == (p.rate <= found.rate) for p in found.probes)

@@ -1,0 +1,62 @@
+"""A run log cut to a window and summarized: engine steps, the loop's lag, each class's stages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rps_serve.loadtest.run_analysis import STAGES, pooled, read_run_log, summarize
+
+
+def _step(t: float, step_ms: float, prefill: int, decode: int, waiting: int, preempted: int = 0) -> dict:
+    return {
+        "kind": "step", "t": t, "running": decode + (prefill > 0), "waiting": waiting, "kv": 0.1,
+        "preempted": preempted, "step_ms": step_ms, "prefill_requests": int(prefill > 0),
+        "prefill_tokens": prefill, "decode_requests": decode, "decode_tokens": decode, "encoder_inputs": 0,
+    }  # fmt: skip
+
+
+def _request(arrival: float, level: int, queue: float) -> dict:
+    stages = dict.fromkeys(STAGES, 0.01) | {"engine_queue_s": queue}
+    return {"kind": "request", "t": arrival + 1, "arrival": arrival, "level": level,
+            **stages, "to_first_token_s": sum(stages.values())}  # fmt: skip
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"kind": "st')  # a torn last line
+    return path
+
+
+def test_the_window_keeps_only_its_own_steps_lags_and_requests(tmp_path: Path) -> None:
+    records = [
+        _step(5.0, 999.0, 2048, 0, 9, preempted=4),  # before the window
+        *(_step(10.0 + i, 10.0 + 90 * (i % 4 == 0), 2048 * (i % 4 == 0), 3, i % 2) for i in range(8)),
+        {"kind": "lag", "t": 12.0, "lag_s": 0.002},
+        {"kind": "lag", "t": 13.0, "lag_s": 0.010},
+        {"kind": "lag", "t": 30.0, "lag_s": 5.0},  # after it
+        _request(11.0, 0, 0.1), _request(12.0, 0, 0.3), _request(12.5, 2, 2.0), _request(40.0, 0, 9.0),
+    ]  # fmt: skip
+    path = _write(tmp_path / "run.jsonl", records)
+    assert len(read_run_log(path)) == len(records)
+    summary = summarize(path, 10.0, 17.0)
+    engine = summary["engine"]
+    assert engine["steps"] == 8
+    assert engine["busy"] == pytest.approx((2 * 100 + 6 * 10) / 1000 / 7.0)
+    assert engine["mixed_step_ms"] == 100.0 and engine["decode_step_ms"] == 10.0
+    # Every step decodes 3 requests: each sits through the mean step.
+    assert engine["step_ms_per_decode"] == pytest.approx(engine["step_ms_mean"])
+    assert engine["prefill_share"] == 0.25 and engine["waiting"] == 0.5 and engine["preemptions"] == 0
+    assert summary["loop_lag_s"]["max"] == 0.010
+    stages = summary["stages"]
+    assert set(stages) == {"sand", "rocks"} and stages["sand"]["requests"] == 2
+    assert stages["sand"]["engine_queue_s"] == pytest.approx(0.2)
+
+
+def test_pooled_stages_weigh_each_run_by_its_requests(tmp_path: Path) -> None:
+    one = summarize(_write(tmp_path / "a.jsonl", [_request(1.0, 0, 1.0)] * 3), 0.0, 2.0)
+    other = summarize(_write(tmp_path / "b.jsonl", [_request(1.0, 0, 2.0)]), 0.0, 2.0)
+    both = pooled([one, other])
+    assert both["stages"]["sand"]["requests"] == 4
+    assert both["stages"]["sand"]["engine_queue_s"] == pytest.approx((3 * 1.0 + 2.0) / 4)
