@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         run_demo,
         run_stage_table,
         save_results,
+        target_lines,
         ttft_table,
     )
 
@@ -123,8 +124,11 @@ def run(args: argparse.Namespace) -> int:
         )
     for load in demo.loads:
         print(f"\n{load.name}: steady state of {config.repeats} paired run(s) per policy")
-        print(ttft_table(load.pooled_records()))
-        print(ratio_table(load.ratios()))
+        records, ratios = load.pooled_records(), load.ratios()
+        print(ttft_table(records))
+        print(ratio_table(ratios))
+        for line in target_lines(load, config.repository):
+            print(line)
         analysis = load.analysis()
         print(engine_table(analysis))
         print(run_stage_table(analysis))

@@ -1,4 +1,5 @@
-"""A vLLM stat logger that hands the engine's KV-cache usage to the model's metrics after every step."""
+"""The vLLM stat logger of `vllm_model`: after every step, the engine's KV-cache usage to the model's
+metrics, and, with a run log (`triton.run_log`), the step's record."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from rps_serve.triton.run_log import RunLog
 
-class KvCacheUsageLogger(StatLoggerBase):
-    """vLLM calls `record` with the scheduler's stats of each step that produced outputs. Every update
-    of a Triton metric is a message to the server, so the usage goes out when it changes, at most every
-    `period_s`, and at once when it reaches 0 (a drained engine must read 0)."""
 
-    def __init__(self, report: Callable[[float], None], period_s: float = 0.5) -> None:
+class EngineStatsLogger(StatLoggerBase):
+    """vLLM calls `record` with the scheduler's stats of each step (the step's details attached when
+    the engine runs with `run_log.ITERATION_DETAILS_ARG`) and the outputs' iteration stats. Every
+    update of a Triton metric is a message to the server, so the usage goes out when it changes, at
+    most every `period_s`, and at once when it reaches 0 (a drained engine must read 0)."""
+
+    def __init__(
+        self, report: Callable[[float], None], run_log: RunLog | None, period_s: float = 0.5
+    ) -> None:
         self._report = report
+        self._run_log = run_log
         self._period_s = period_s
         self._last: float | None = None
         self._last_s = 0.0
@@ -33,11 +40,15 @@ class KvCacheUsageLogger(StatLoggerBase):
         if usage != self._last and (usage == 0.0 or now - self._last_s >= self._period_s):
             self._report(usage)
             self._last, self._last_s = usage, now
+        if self._run_log is not None:
+            self._run_log.step(scheduler_stats, iteration_stats)
 
     def log_engine_initialized(self) -> None:
         """Nothing to say: the gauge starts at 0."""
 
 
-def kv_cache_usage_logger(report: Callable[[float], None]) -> Callable[[Any, int], StatLoggerBase]:
+def engine_stats_logger(
+    report: Callable[[float], None], run_log: RunLog | None
+) -> Callable[[Any, int], StatLoggerBase]:
     """A per-engine factory for `AsyncLLM(stat_loggers=[...])`."""
-    return lambda vllm_config, engine_index: KvCacheUsageLogger(report)
+    return lambda vllm_config, engine_index: EngineStatsLogger(report, run_log)

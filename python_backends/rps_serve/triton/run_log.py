@@ -5,7 +5,7 @@ loop that streams every response. Written only when `RPS_RUN_LOG` names a file; 
 the same things the same way (a stat logger on the `AsyncLLM`, not the scheduler), so the baselines'
 steps read like the plug-in's.
 
-Each line is {"kind": "step" | "lag", "t": monotonic seconds, ...}: `t` is `time.monotonic()`, one
+Each line is {"kind": "step" | "lag" | "request", "t": monotonic seconds, ...}: `t` is `time.monotonic()`, one
 clock for every process of the machine, so a load client can cut the steps of its own window out.
 """
 
@@ -15,11 +15,8 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
-
-from vllm.v1.metrics.loggers import StatLoggerBase
 
 from rps_serve.triton.settings import RUN_LOG_ENV
 
@@ -46,26 +43,8 @@ class RunLog:
     def flush(self) -> None:
         self._file.flush()
 
-    def close(self) -> None:
-        self._file.close()
-
-
-class StepRecorder(StatLoggerBase):
-    """vLLM calls `record` with each step's scheduler stats (the step's details attached, see
-    `ITERATION_DETAILS_ARG`) and the outputs' iteration stats."""
-
-    def __init__(self, log: RunLog) -> None:
-        self._log = log
-
-    def record(
-        self,
-        scheduler_stats: Any,
-        iteration_stats: Any,
-        mm_cache_stats: Any = None,
-        engine_idx: int = 0,
-    ) -> None:
-        if scheduler_stats is None:
-            return
+    def step(self, scheduler_stats: Any, iteration_stats: Any) -> None:
+        """One engine step, from the stats vLLM hands its stat loggers (`triton.engine_stats`)."""
         step = scheduler_stats.iteration_details
         fields: dict[str, Any] = {
             "running": scheduler_stats.num_running_reqs,
@@ -82,15 +61,10 @@ class StepRecorder(StatLoggerBase):
                 decode_tokens=step.num_generation_tokens,
                 encoder_inputs=step.num_encoder_inputs,
             )
-        self._log.write("step", **fields)
+        self.write("step", **fields)
 
-    def log_engine_initialized(self) -> None:
-        """Nothing to say: the first step says it."""
-
-
-def step_recorder(log: RunLog) -> Callable[[Any, int], StatLoggerBase]:
-    """A per-engine factory for `AsyncLLM(stat_loggers=[...])`."""
-    return lambda vllm_config, engine_index: StepRecorder(log)
+    def close(self) -> None:
+        self._file.close()
 
 
 async def watch_loop_lag(log: RunLog, period_s: float = LAG_PERIOD_S) -> None:

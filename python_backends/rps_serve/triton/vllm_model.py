@@ -46,12 +46,12 @@ from rps_serve.triton.backend import (
 from rps_serve.triton.class_metrics import ClassMetrics
 from rps_serve.triton.classes import ClassEstimator, ClassInfo, supplied_class
 from rps_serve.triton.engine_input import MediaRenderer
-from rps_serve.triton.engine_stats import kv_cache_usage_logger
+from rps_serve.triton.engine_stats import engine_stats_logger
 from rps_serve.triton.front_end import FrontEnd
 from rps_serve.triton.media import MediaLimits
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
-from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, step_recorder, watch_loop_lag
+from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_lag
 from rps_serve.triton.settings import FrontEndMode, load_settings
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 
@@ -162,11 +162,10 @@ class TritonPythonModel:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        loggers = [kv_cache_usage_logger(self.metrics.kv_cache_usage)]
         if self.run_log is not None:
             kwargs = {**kwargs, ITERATION_DETAILS_ARG: True}
-            loggers.append(step_recorder(self.run_log))
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=loggers)
+        logger_factory = engine_stats_logger(self.metrics.kv_cache_usage, self.run_log)
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[logger_factory])
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:

@@ -3,11 +3,14 @@ the ratio table with its intervals and verdicts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from rps_serve.comparison import ratio_rows
-from rps_serve.loadtest.demo import ratio_table
+from rps_serve.loadtest.demo import LoadRuns, PolicyRun, ratio_table, target_lines
+from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.stages import pooled_stages
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
@@ -78,3 +81,20 @@ def test_the_ratio_table_shows_each_interval_and_marks_those_that_include_one() 
     assert video.verdict() == "no difference measured"
     assert f"{video} =" in row
     assert ratio_table({}) == ""
+
+
+def test_targets_are_met_only_where_the_whole_interval_is(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    runs: dict[str, list[PolicyRun]] = {"fcfs": [], "rps": []}
+    for _ in range(3):
+        text, video = rng.exponential(1.0, 300), rng.exponential(2.0, 60)
+        for policy, scale in (("fcfs", 1.0), ("rps", 0.3)):  # rps: text well under half of fcfs's
+            records = _records(scale * text, video)
+            bench = BenchRun(records, Tally(360, 360, 0, 0, 0), None, {}, {})
+            runs[policy].append(PolicyRun(bench, {"engine": {}, "loop_lag_s": {}, "stages": {}}, []))
+    lines = target_lines(LoadRuns(2.0, 0.7, runs), tmp_path)
+    by_metric = {line.split(": ")[0]: line for line in lines}
+    assert by_metric["target rps / fcfs text P90 TTFT <= 0.5x"].endswith(" met")
+    # Same videos under both: an interval around 1 meets a 1.5x bound, not a claim of being faster.
+    assert by_metric["target rps / fcfs video P99 TTFT <= 1.5x"].endswith(" met")
+    assert not any("vllm-priority" in line for line in lines)  # a baseline that did not run
