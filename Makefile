@@ -49,11 +49,11 @@ model-repository: $(ONNX)
 
 # Replays a mixed text/image/video workload through tritonclient against the local tritonserver, under
 # vLLM's FCFS, vLLM's priority policy with our classes, and RPS: the open-loop capacity first (20 s
-# closed loop for a ceiling, two probes below it), then 3 paired seeds per policy at 0.7x of it, the
+# closed loop for a ceiling, two probes below it), then 3 paired seeds per policy at 0.8x of it, the
 # engine's worker on a core of its own, each policy on a fresh server; TTFT per modality, RPS's
 # ratios with their 95% intervals, where the time went (about 15 minutes on 2 cores).
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve demo --server-per-policy --calibrate-s 20 --probes 2 --probe-s 40 --requests 100 \
+	$(BIN)/rps-serve demo --server-per-policy --calibrate-s 20 --probes 2 --probe-s 45 --requests 90 \
 		--out $(OUT)/demo
 
 serve: setup $(TINY_MODEL)/config.json $(ONNX)

@@ -34,7 +34,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--load-fraction",
-        default="0.7",
+        default="0.8",
         help="without --rate: these x the measured sustained rate, comma-separated (e.g. 0.6,0.9)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="seeds: paired traces every policy replays")

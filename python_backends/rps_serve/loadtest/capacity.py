@@ -135,10 +135,11 @@ def backlog_growth(records: RequestRecords) -> float:
 
 
 def search_open_loop_capacity(
-    probe: Callable[[float], Replayed], ceiling: float, probes: int, low_fraction: float = 0.3
+    probe: Callable[[float], Replayed], ceiling: float, probes: int, low_fraction: float = 0.5
 ) -> OpenLoopCapacity:
-    """Bisect the rate between `low_fraction` x `ceiling` and `ceiling` (an upper guess, e.g. the
-    closed-loop rate) with `probes` open-loop runs (`probe(rate)` replays a fresh Poisson workload at
+    """Bisect the rate between `low_fraction` x `ceiling` and `ceiling` (an upper guess: the closed-loop
+    rate, which holds requests back while 16 are in flight; here the open-loop capacity came out at
+    0.85-0.9 of it) with `probes` open-loop runs (`probe(rate)` replays a fresh Poisson workload at
     that rate); the capacity is the highest bounded rate probed, or the low end if none was."""
     low, high = low_fraction * ceiling, ceiling
     taken = []

@@ -85,7 +85,7 @@ class DemoConfig:
     policies: Sequence[str] = ("fcfs", "vllm-priority", "rps")
     mix: str = "mixed-iii"
     rates: Sequence[float] = ()
-    load_fractions: Sequence[float] = (0.7,)
+    load_fractions: Sequence[float] = (0.8,)
     repeats: int = 3
     calibrate_s: float = 30.0
     probes: int = 3

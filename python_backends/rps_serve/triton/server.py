@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import random
 import re
 import shutil
 import signal
@@ -62,11 +63,37 @@ class Endpoints:
         return f"http://{LOCALHOST}:{self.metrics_port}/metrics"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOCALHOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
+# Where the kernel hands out ports to outgoing connections and `bind(0)`; an unused port from there can
+# be taken by any socket (the load client's, vLLM's) between choosing it and tritonserver binding it,
+# a minute later once the models are loaded.
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+SERVER_PORTS = range(20000, 32768)  # below Linux's default ephemeral range
+
+
+_PORT_CHOICE = random.SystemRandom()  # not the `random` module's state, which a caller may have seeded
+
+
+def free_port(taken: frozenset[int] = frozenset()) -> int:
+    """A port that is free now, not in `taken`, and that the kernel does not give out to other sockets
+    meanwhile: one below the ephemeral range (where the range cannot be read, one the kernel picks)."""
+    try:
+        low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    candidates = [port for port in SERVER_PORTS if port < low and port not in taken]
+    for port in _PORT_CHOICE.sample(candidates, min(len(candidates), 64)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((LOCALHOST, port))
+            except OSError:
+                continue
+            return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((LOCALHOST, 0))
+            chosen: int = probe.getsockname()[1]
+        if chosen not in taken:
+            return chosen
 
 
 def _pytriton_tree() -> Path:
@@ -180,7 +207,11 @@ class Ports:
     metrics: int = 0
 
     def endpoints(self) -> Endpoints:
-        return Endpoints(self.http or free_port(), self.grpc or free_port(), self.metrics or free_port())
+        """The given ports, and distinct free ones for those left 0."""
+        chosen: list[int] = []
+        for port in (self.http, self.grpc, self.metrics):
+            chosen.append(port or free_port(frozenset(chosen) | {self.http, self.grpc, self.metrics}))
+        return Endpoints(*chosen)
 
 
 _servers_started = itertools.count()

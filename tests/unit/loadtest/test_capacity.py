@@ -39,8 +39,8 @@ def test_the_search_brackets_the_known_capacity() -> None:
         records = _fcfs_queue(rate, requests=int(rate * 200))
         return Replayed(records, Tally(len(records.ttft), len(records.ttft), 0, 0, 0), [])
 
-    found = search_open_loop_capacity(probe, ceiling=8.0, probes=5)
+    found = search_open_loop_capacity(probe, ceiling=6.0, probes=5)
     assert rates == [p.rate for p in found.probes] and len(rates) == 5
-    # Bisection of [2.4, 8] five times resolves 0.175/s; the bounded-growth test lets 10% through.
+    # Bisection of [3, 6] five times resolves 0.1/s; the bounded-growth test lets 10% through.
     assert 0.8 * (1 / SERVICE_S) <= found.rate <= 1.1 * (1 / SERVICE_S)
     assert all(p.bounded == (p.rate <= found.rate) for p in found.probes)

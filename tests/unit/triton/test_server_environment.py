@@ -99,3 +99,22 @@ I1201 model_lifecycle.cc:839] "successfully loaded 'impact_estimator'"
 E1201 model_lifecycle.cc:642] "failed to load 'vllm_model' version 1: Internal: boom"
 """
     assert models_still_loading(log) == ["preprocess"]
+
+
+def test_chosen_ports_are_distinct_free_and_outside_the_kernels_own_range() -> None:
+    import random
+    import socket
+
+    from rps_serve.triton.server import EPHEMERAL_PORTS, Ports
+
+    low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    for _ in range(20):
+        random.seed(0)  # a caller's seeding does not make two servers pick the same ports
+        endpoints = Ports().endpoints()
+        ports = [endpoints.http_port, endpoints.grpc_port, endpoints.metrics_port]
+        assert len(set(ports)) == 3 and all(port < low for port in ports)
+        for port in ports:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind(("127.0.0.1", port))
+    given = Ports(http=8000).endpoints()
+    assert given.http_port == 8000 and 8000 not in (given.grpc_port, given.metrics_port)
