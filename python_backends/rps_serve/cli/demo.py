@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         )
     for load in demo.loads:
         print(f"\n{load.name}: steady state of {config.repeats} paired run(s) per policy")
-        records, ratios = load.pooled_records(), load.ratios()
+        records, ratios = load.pooled_records(), load.ratios
         print(ttft_table(records))
         print(ratio_table(ratios))
         for line in target_lines(load, config.repository):

@@ -19,6 +19,7 @@ The method:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -133,7 +134,10 @@ class LoadRuns:
     def analysis(self) -> dict[str, dict[str, Any]]:
         return {p: pooled([r.analysis for r in runs]) for p, runs in self.runs.items()}
 
+    @functools.cached_property
     def ratios(self) -> dict[str, dict[str, Ratio]]:
+        """The candidate's paired ratios to each baseline (a bootstrap each: computed once, so read it
+        only when every run is in)."""
         records = self.steady_records()
         return ratio_rows(records, CANDIDATE) if CANDIDATE in records and len(records) > 1 else {}
 
@@ -336,7 +340,7 @@ def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str = CANDIDATE)
 def target_lines(load: LoadRuns, repository: Path) -> list[str]:
     """Each `TARGETS` entry whose baseline ran, met or not by its interval, and the candidate's longest
     video waits against the starvation bound (`starvation_check`)."""
-    ratios, lines = load.ratios(), []
+    ratios, lines = load.ratios, []
     for baseline, metric, target in TARGETS:
         if baseline in ratios:
             ratio = ratios[baseline][metric]
@@ -410,7 +414,9 @@ def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
     titles = ("front queue", "front work", "vllm input", "engine queue", "prefill", "to 1st token")
     lines = [f"{'stages (s)':<24} {'n':>5}" + "".join(f" {t:>12}" for t in titles)]
     for policy, summary in analysis.items():
-        for label, stage in sorted(summary["stages"].items(), key=lambda item: _class_order(item[0])):
+        for label, stage in sorted(
+            summary["stages"].items(), key=lambda item: RequestClass.from_label(item[0]).value
+        ):
             cells = [_seconds(stage[s]) for s in (*STAGES, "to_first_token_s")]
             lines.append(
                 f"{policy + ' ' + label:<24} {int(stage['requests']):>5}"
@@ -449,7 +455,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
         }
         ratios = {
             baseline: {name: _ratio_json(r) for name, r in by_metric.items()}
-            for baseline, by_metric in load.ratios().items()
+            for baseline, by_metric in load.ratios.items()
         }
         loads.append(
             {
@@ -502,13 +508,9 @@ def _ratio_json(ratio: Ratio) -> dict[str, Any]:
     return {**asdict(ratio), "verdict": ratio.verdict()}
 
 
-def _class_order(label: str) -> int:
-    return ("sand", "pebbles", "rocks").index(label) if label in ("sand", "pebbles", "rocks") else 3
-
-
 def _format(fmt: str, value: float | None) -> str:
     return "-" if value is None or value != value else fmt.format(value)
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None or value != value else f"{value:.3f}"
+    return _format("{:.3f}", value)

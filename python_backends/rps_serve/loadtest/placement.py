@@ -10,6 +10,7 @@ process, which cores each may run on and the CPU seconds it has used, so that a 
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -120,15 +121,9 @@ def _thread_cores(process: Any) -> str:
 
 def _cores(cores: Sequence[int]) -> str:
     """ "0,2-4" for (0, 2, 3, 4)."""
-    ranges: list[str] = []
-    start = previous = None
-    for core in sorted(cores):
-        if previous is not None and core == previous + 1:
-            previous = core
-            continue
-        if start is not None:
-            ranges.append(f"{start}" if start == previous else f"{start}-{previous}")
-        start = previous = core
-    if start is not None:
-        ranges.append(f"{start}" if start == previous else f"{start}-{previous}")
+    ranges = []
+    # Consecutive cores share their value minus their rank.
+    for _, run in itertools.groupby(enumerate(sorted(cores)), key=lambda ranked: ranked[1] - ranked[0]):
+        first, *rest = (core for _, core in run)
+        ranges.append(f"{first}-{rest[-1]}" if rest else f"{first}")
     return ",".join(ranges)

@@ -19,8 +19,6 @@ import numpy as np
 from rps_serve.requests import RequestClass
 
 STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
-# Engine steps whose decode requests share the step with a prefill chunk: their tokens wait for it.
-_MIXED = "prefill_tokens"
 
 
 def read_run_log(path: Path) -> list[dict[str, Any]]:
@@ -46,7 +44,7 @@ def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str
     if not timed or window_s <= 0:
         return {"steps": float(len(timed))}
     step_ms = np.array([s["step_ms"] for s in timed])
-    prefill = np.array([s[_MIXED] for s in timed])
+    prefill = np.array([s["prefill_tokens"] for s in timed])
     decode = np.array([s["decode_requests"] for s in timed])
     return {
         "steps": float(len(timed)),
