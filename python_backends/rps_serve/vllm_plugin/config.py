@@ -24,6 +24,10 @@ class RPSConfig:
     text TTFT (docs/results/2026-12-01.md). `yield_prefills`: a running request part-way through its
     prefill sits out a step while a waiting request that outranks it can be admitted; off by default, as
     through Triton on the CPU stack it cost everyone at 0.6x of capacity (docs/decisions.md).
+    `decode_hold_s`: how long, at most, a waiting request of a heavier class than a running one sits
+    out steps for the lighter requests running when it reached the queue (`scheduling.holding`), in
+    the paper's seconds on the same clock as the aging (times `aging_time_scale`); 0 (the default)
+    disables it; the CPU stack's model.json turns it on (docs/decisions.md).
     `aging_time_scale`: the clock the class priorities age on, as a multiple of the paper's seconds
     (`scheduling.parameters.in_time_units`); None takes the cost model's (its report's
     `aging_time_scale`: how much slower than the paper's reference the served model is), or 1 without
@@ -36,6 +40,7 @@ class RPSConfig:
     chunk_cap_tokens: int = 0
     yield_prefills: bool = False
     max_preemptions: int = 2
+    decode_hold_s: float = 0.0
     aging_time_scale: float | None = None
 
     def to_additional_config(self) -> dict[str, Any]:

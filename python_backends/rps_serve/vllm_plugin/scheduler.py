@@ -9,6 +9,10 @@ Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes
   outranks it can be admitted, so the lighter prefill takes the step's tokens instead of waiting for the
   heavier one to finish (it keeps its KV blocks and goes on at the next step: no recompute; off by
   default);
+- a waiting request of a heavier class than a running one can sit out steps until the lighter
+  requests running when it reached the queue have finished, for at most `decode_hold_s` on the
+  served model's clock (`scheduling.holding`): its long encoder and prefill steps then hold up fewer
+  decoding requests;
 - while a lighter class waits behind a heavier prefill, prefill chunks can be capped for that step
   (off by default);
 - `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +40,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.chunking import prefill_chunk_cap
+from rps_serve.scheduling.holding import Hold
 from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
@@ -77,6 +83,9 @@ class _RPSMixin(Scheduler):
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         self.yielded = 0  # steps a running prefill sat out for a request that outranked it
+        self.max_hold_s = self.rps.decode_hold_s * self.time_scale
+        self._holds: weakref.WeakKeyDictionary[Request, Hold] = weakref.WeakKeyDictionary()
+        self.holds = 0  # steps a waiting request sat out for lighter requests running beside it
         self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
@@ -93,13 +102,46 @@ class _RPSMixin(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         self.waiting.begin_iteration()
-        # With every sequence slot taken no waiting request can start this step, so neither an
-        # eviction nor a chunk cap would let one in: skip both (and the scoring they need).
+        # With every sequence slot taken no waiting request can start this step, so neither a hold,
+        # an eviction nor a chunk cap would change what runs: skip them (and the scoring they need).
         if len(self.running) >= self.max_num_running_reqs:
             return super().schedule(*args, **kwargs)
-        self._evict_for_waiting()
-        with self._chunk_cap(self._prefill_cap()), self._set_aside(self._outranked_prefills()):
-            return super().schedule(*args, **kwargs)
+        with self._hold_back(self._held()):
+            self._evict_for_waiting()
+            with self._chunk_cap(self._prefill_cap()), self._set_aside(self._outranked_prefills()):
+                return super().schedule(*args, **kwargs)
+
+    def _held(self) -> list[Request]:
+        """Waiting requests that sit this step out for the lighter requests running beside them
+        (`scheduling.holding`); none with the hold off or under FCFS."""
+        if not self.max_hold_s or self.rps.policy is Policy.FCFS or not self.waiting or not self.running:
+            return []
+        running = {r.request_id: self.waiting.level(r) for r in self.running}
+        lightest = min(running.values())
+        now = time.monotonic()
+        held: list[Request] = []
+        for request in self.waiting:
+            level = self.waiting.level(request)
+            if level <= lightest:
+                continue
+            hold = self._holds.get(request)
+            if hold is None:
+                hold = self._holds[request] = Hold.begin(level, running, now)
+            if hold.keeps(running.keys(), now, self.max_hold_s):
+                held.append(request)
+        return held
+
+    @contextmanager
+    def _hold_back(self, requests: list[Request]) -> Iterator[None]:
+        """Leave `requests` out of the waiting queue for one `schedule()`; afterwards they are back in
+        their places (a class queue orders by arrival)."""
+        self.waiting.remove_requests(requests)
+        try:
+            yield
+        finally:
+            for request in requests:
+                self.waiting.add_request(request)
+            self.holds += len(requests)
 
     def _contender(self, request: Request) -> Contender:
         level = self.waiting.level(request)

@@ -164,3 +164,22 @@ def test_a_running_prefill_sits_out_for_sand_that_outranks_it(
     sand_first = driver.first_token_step["sand"] < driver.first_token_step["rock"]
     assert sand_first is yield_prefills
     assert (scheduler.yielded > 0) is yield_prefills
+
+
+@pytest.mark.parametrize("hold_s", [5.0, 0.0], ids=["holding", "not-holding"])
+def test_a_rock_waits_for_the_sand_decoding_beside_it(
+    tiny_model: Path, driver_for: Any, hold_s: float
+) -> None:
+    """With `decode_hold_s`, a rock that arrives while sand decodes starts only once that sand has
+    finished (its encoder step would hold up every decode step of it); without, it starts at once."""
+    engine = make_engine(tiny_model, Policy.RPS, rps={"decode_hold_s": hold_s, "aging_time_scale": 1.0})
+    scheduler = scheduler_of(engine)
+    driver = driver_for(engine)
+    driver.submit("sand", Modality.TEXT, words=10, max_tokens=16)
+    driver.advance()
+    assert "sand" in driver.first_token_step, "sand is not decoding yet"
+    driver.submit("rock", Modality.VIDEO, words=10, max_tokens=2)
+    driver.run()
+    assert driver.output_tokens == {"sand": 16, "rock": 2}
+    assert (driver.first_token_step["rock"] > driver.finished_step["sand"]) is (hold_s > 0)
+    assert (scheduler.holds > 0) is (hold_s > 0)

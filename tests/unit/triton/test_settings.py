@@ -49,6 +49,18 @@ def test_environment_overrides(repository: Path) -> None:
     assert settings.engine_args["max_model_len"] == 512
 
 
+def test_the_scheduler_settings_are_overridden_key_by_key(repository: Path) -> None:
+    file = repository / "vllm_model" / "model.json"
+    shipped = json.loads(file.read_text())
+    file.write_text(json.dumps({**shipped, "rps": {"max_preemptions": 1, "chunk_cap_tokens": 0}}))
+    settings = load_settings(
+        repository, {"RPS_MODEL": "../model", "RPS_SCHEDULER": json.dumps({"chunk_cap_tokens": 384})}
+    )
+    assert settings.rps == {"max_preemptions": 1, "chunk_cap_tokens": 384}
+    rps = settings.engine_kwargs()["additional_config"]["rps"]
+    assert (rps["max_preemptions"], rps["chunk_cap_tokens"]) == (1, 384)
+
+
 def test_a_missing_model_says_how_to_build_it(repository: Path) -> None:
     with pytest.raises(ValueError, match="make tiny-model"):
         load_settings(repository, {"RPS_MODEL": "../nowhere"})
