@@ -51,7 +51,15 @@ from rps_serve.scheduling.regulator import starvation_bound_s
 from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Tally
 from rps_serve.triton.server import Endpoints, local_server
-from rps_serve.triton.settings import FRONT_END_ENV, MODEL_ENV, POLICY_ENV, RUN_LOG_ENV
+from rps_serve.triton.settings import (
+    FRONT_END_ENV,
+    MODEL_ENV,
+    POLICY_ENV,
+    RUN_LOG_ENV,
+    SETTINGS_FILE,
+    read_settings,
+)
+from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.source import SyntheticWorkload
@@ -349,20 +357,24 @@ def target_lines(load: LoadRuns, repository: Path) -> list[str]:
     records = load.pooled_records()
     if CANDIDATE in records:
         scale = aging_time_scale(repository)
-        for label, check in starvation_check(records[CANDIDATE], scale).items():
+        rps = read_settings(repository / SETTINGS_FILE, repository).rps
+        hold_s = float(rps.get("decode_hold_s", RPSConfig.decode_hold_s)) * scale
+        for label, check in starvation_check(records[CANDIDATE], scale, hold_s).items():
             lines.append(
                 f"{CANDIDATE} {label}: longest video TTFT {check['longest_video_ttft_s']:.2f} s, starvation "
                 f"bound {check['bound_s']:.1f} s (sand waited at most {check['longest_sand_ttft_s']:.2f} s; "
-                f"aging clock {scale:.2f}x the paper's)"
+                f"aging clock {scale:.2f}x the paper's; decode hold {hold_s:.2f} s)"
             )
     return lines
 
 
-def starvation_check(records: RequestRecords, time_scale: float) -> dict[str, dict[str, float]]:
+def starvation_check(
+    records: RequestRecords, time_scale: float, hold_s: float = 0.0
+) -> dict[str, dict[str, float]]:
     """Per heavier class with videos: their longest TTFT, against the starvation bound for sand that
     waited no longer than the longest sand TTFT of the same runs (`starvation_bound_s` at the highest
-    boost, on the served model's clock). An infinite bound says sand itself waited past the reach of
-    aging: below capacity it should not."""
+    boost, on the served model's clock) plus the longest decode hold (`hold_s`, once per request). An
+    infinite bound says sand itself waited past the reach of aging: below capacity it should not."""
     ladder = in_time_units(class_ladder(records.num_levels), time_scale)
     sand = records.ttft[records.level == 0]
     longest_sand = float(np.nanmax(sand)) if np.isfinite(sand).any() else 0.0
@@ -371,7 +383,7 @@ def starvation_check(records: RequestRecords, time_scale: float) -> dict[str, di
         videos = records.ttft[(records.level == level) & (records.modality == Modality.VIDEO.index)]
         if not np.isfinite(videos).any():
             continue
-        bound = starvation_bound_s(ladder, level, longest_sand, PressureSettings().max_boost)
+        bound = starvation_bound_s(ladder, level, longest_sand, PressureSettings().max_boost) + hold_s
         checks[RequestClass.for_level(level, records.num_levels).label] = {
             "longest_video_ttft_s": float(np.nanmax(videos)),
             "bound_s": bound,

@@ -3,6 +3,8 @@ the ratio table with its intervals and verdicts."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,8 @@ from rps_serve.loadtest.stages import pooled_stages
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
 from rps_serve.triton.client import Tally
+from rps_serve.triton.repository import REPOSITORY
+from rps_serve.triton.settings import SETTINGS_FILE
 
 
 def _stages(requests: float, queue: float, work: float, first_token: float) -> dict[str, float | None]:
@@ -62,7 +66,7 @@ def _records(text_ttft: np.ndarray, video_ttft: np.ndarray) -> RequestRecords:
         finish_s=np.arange(n) + ttft + 1.0,
         output_tokens=np.full(n, 11),
         modality=modality,
-        level=np.zeros(n, dtype=int),
+        level=(modality == Modality.VIDEO.index).astype(int),  # videos are pebbles
     )
 
 
@@ -92,9 +96,14 @@ def test_targets_are_met_only_where_the_whole_interval_is(tmp_path: Path) -> Non
             records = _records(scale * text, video)
             bench = BenchRun(records, Tally(360, 360, 0, 0, 0), None, {}, {})
             runs[policy].append(PolicyRun(bench, {"engine": {}, "loop_lag_s": {}, "stages": {}}, []))
+    (tmp_path / "vllm_model").mkdir()
+    shutil.copy(REPOSITORY / SETTINGS_FILE, tmp_path / SETTINGS_FILE)
     lines = target_lines(LoadRuns(2.0, 0.7, runs), tmp_path)
     by_metric = {line.split(": ")[0]: line for line in lines}
     assert by_metric["target rps / fcfs text P90 TTFT <= 0.5x"].endswith(" met")
     # Same videos under both: an interval around 1 meets a 1.5x bound, not a claim of being faster.
     assert by_metric["target rps / fcfs video P99 TTFT <= 1.5x"].endswith(" met")
     assert not any("vllm-priority" in line for line in lines)  # a baseline that did not run
+    (starvation,) = [line for line in lines if line.startswith("rps pebbles")]
+    hold_s = json.loads((REPOSITORY / SETTINGS_FILE).read_text())["rps"].get("decode_hold_s", 0.0)
+    assert f"decode hold {hold_s:.2f} s" in starvation  # no cost-model report here: the paper's clock
