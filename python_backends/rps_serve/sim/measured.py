@@ -76,7 +76,7 @@ class MeasuredProfile:
     max_num_seqs: int
     rps_chunk_cap_tokens: int
     cost_profile: str
-    front_end_workers: int = 1  # vllm_model's front_end_workers (model.json)
+    front_end_workers: int = PreprocessCosts.workers  # vllm_model's default (model.json)
 
     def deployment(self) -> MeasuredDeployment:
         front = self.front_end_s
