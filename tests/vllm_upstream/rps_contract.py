@@ -13,7 +13,6 @@ if the internal it names stops behaving as the plug-in assumes:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,9 +38,8 @@ def _rps_scheduler(async_scheduling: bool, **settings: Any) -> Any:
         vllm_config.additional_config = RPSConfig(**settings).to_additional_config()
         return cls(vllm_config=vllm_config, **kwargs)
 
-    build_as: Callable[..., Any] = build
     return create_scheduler(
-        max_num_batched_tokens=256, async_scheduling=async_scheduling, scheduler_cls=build_as
+        max_num_batched_tokens=256, async_scheduling=async_scheduling, scheduler_cls=build
     )
 
 

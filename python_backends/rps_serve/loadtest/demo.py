@@ -59,7 +59,7 @@ from rps_serve.triton.settings import (
     SETTINGS_FILE,
     read_settings,
 )
-from rps_serve.vllm_plugin.config import RPSConfig
+from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.source import SyntheticWorkload
@@ -358,7 +358,7 @@ def target_lines(load: LoadRuns, repository: Path) -> list[str]:
     if CANDIDATE in records:
         scale = aging_time_scale(repository)
         rps = read_settings(repository / SETTINGS_FILE, repository).rps
-        hold_s = float(rps.get("decode_hold_s", RPSConfig.decode_hold_s)) * scale
+        hold_s = RPSConfig.from_additional_config({CONFIG_KEY: rps}).decode_hold_s * scale
         for label, check in starvation_check(records[CANDIDATE], scale, hold_s).items():
             lines.append(
                 f"{CANDIDATE} {label}: longest video TTFT {check['longest_video_ttft_s']:.2f} s, starvation "

@@ -175,6 +175,11 @@ class ClassQueues(Generic[T]):
         self._forget(entry)
         return entry.item
 
+    def heavier_than(self, level: int) -> list[tuple[T, int]]:
+        """The waiting requests of classes heavier than `level`, with their levels, class by class in
+        arrival order: unscored, for a caller that needs each of them but not the global order."""
+        return [(entry.item, entry.level) for queue in self._queues[level + 1 :] for entry in queue]
+
     def ordered(self) -> list[T]:
         """Every waiting request, best first: a held request, then ascending (score, arrival, insertion)."""
         entries = [entry for queue in self._queues for entry in queue]

@@ -120,10 +120,7 @@ class _RPSMixin(Scheduler):
         lightest = min(running.values())
         now = time.monotonic()
         held: list[Request] = []
-        for request in self.waiting:
-            level = self.waiting.level(request)
-            if level <= lightest:
-                continue
+        for request, level in self.waiting.classes.heavier_than(lightest):
             hold = self._holds.get(request)
             if hold is None:
                 hold = self._holds[request] = Hold.begin(level, running, now)

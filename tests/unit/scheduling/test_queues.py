@@ -46,6 +46,19 @@ def test_bookkeeping() -> None:
         queues.add("z", 3, 5.0)
 
 
+def test_heavier_than_lists_the_heavier_classes_each_in_arrival_order() -> None:
+    queues, _ = _queues()
+    for name, level, arrival in [
+        ("rock-2", 2, 3.0),
+        ("sand", 0, 0.0),
+        ("pebble", 1, 2.0),
+        ("rock-1", 2, 1.0),
+    ]:
+        queues.add(name, level, arrival)
+    assert queues.heavier_than(RequestClass.SAND) == [("pebble", 1), ("rock-1", 2), ("rock-2", 2)]
+    assert queues.heavier_than(RequestClass.ROCKS) == []
+
+
 def test_sand_goes_first_then_pebbles_then_rocks_when_fresh() -> None:
     queues, clock = _queues()
     queues.add("rock", RequestClass.ROCKS, 0.0)
