@@ -27,7 +27,9 @@ class RPSConfig:
     `decode_hold_s`: how long, at most, a waiting request of a heavier class than a running one sits
     out steps for the lighter requests running when it reached the queue (`scheduling.holding`), in
     the paper's seconds on the same clock as the aging (times `aging_time_scale`); 0 (the default)
-    disables it; the CPU stack's model.json turns it on (docs/decisions.md).
+    disables it; the CPU stack's model.json turns it on (docs/decisions.md). `decode_hold_media_only`
+    holds only requests whose prefill runs a vision encoder (an image or a video: the steps a chunk
+    cap cannot shorten), so that long texts never wait for it.
     `aging_time_scale`: the clock the class priorities age on, as a multiple of the paper's seconds
     (`scheduling.parameters.in_time_units`); None takes the cost model's (its report's
     `aging_time_scale`: how much slower than the paper's reference the served model is), or 1 without
@@ -41,6 +43,7 @@ class RPSConfig:
     yield_prefills: bool = False
     max_preemptions: int = 2
     decode_hold_s: float = 0.0
+    decode_hold_media_only: bool = False
     aging_time_scale: float | None = None
 
     def to_additional_config(self) -> dict[str, Any]:

@@ -121,6 +121,8 @@ class _RPSMixin(Scheduler):
         now = time.monotonic()
         held: list[Request] = []
         for request, level in self.waiting.classes.heavier_than(lightest):
+            if self.rps.decode_hold_media_only and not request.has_encoder_inputs:
+                continue
             hold = self._holds.get(request)
             if hold is None:
                 hold = self._holds[request] = Hold.begin(level, running, now)
