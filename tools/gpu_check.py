@@ -13,25 +13,22 @@ import numpy as np
 from rps_serve.loadtest.demo import ttft_table
 from rps_serve.loadtest.replay import build_requests, replay, warm_up
 from rps_serve.metrics import RequestRecords
-from rps_serve.tiny_model import SPEC_FILE, TinyModelSpec
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import MIXES, mix_by_name
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.trace import generate_trace
-
-
-def _media(model: Path) -> TinyModelSpec:
-    """Media sizes: a tiny model's own, else the tiny defaults (672x672 images, 24 frames of 448x448)."""
-    return TinyModelSpec.load(model) if (model / SPEC_FILE).is_file() else TinyModelSpec()
 
 
 def _replay(args: argparse.Namespace) -> None:
     trace = generate_trace(mix_by_name(args.mix), args.rate, args.requests, args.seed)
-    media = _media(args.model)
+    # Prompts by the served model's own chat template; media a tiny model's own size, else 672x672
+    # images and 24 frames of 448x448.
+    served = RequestFormat.of_model(args.model)
     # Fresh text and pixels for every run: the prefix and multimodal caches would otherwise fake TTFT.
     content_seed = args.seed * 1000 + args.run
-    warm_up(args.url, media, content_seed + 500)
+    warm_up(args.url, served, content_seed + 500)
     limits = ContentLimits(max_text_tokens=args.max_text_tokens)
-    replayed = replay(args.url, trace, build_requests(trace, media, limits, content_seed))
+    replayed = replay(args.url, trace, build_requests(trace, served, limits, content_seed))
     logging.info("%s: %s", args.out.stem, replayed.tally)
     np.savez(args.out, **dataclasses.asdict(replayed.records))
     if replayed.tally.lost:

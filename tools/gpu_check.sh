@@ -6,9 +6,10 @@
 #   docker run --rm --gpus all --shm-size 16g rps-serve:llava-onevision-qwen2-7b tools/gpu_check.sh
 #
 # Settings (environment):
-#   MODEL      model directory to serve; default: a tiny random Qwen2-VL built here (no weights needed).
-#              The client writes Qwen-VL chat prompts (<|vision_start|><|image_pad|><|vision_end|>), so
-#              MODEL must be a Qwen-VL-format model; other formats get error responses from preprocess.
+#   MODEL      model directory to serve; default: a tiny random LLaVA-OneVision (the image's family)
+#              built here, no weights needed. The client writes prompts with the model's own chat template
+#              and counts placeholder tokens with its own processor, so any model whose processor
+#              has a chat template will do (Qwen2-VL, LLaVA-OneVision, ...).
 #   RATE (4)  REQUESTS (200)  MIX (mixed-iii)  SEED (0)   the workload
 #   OUT (./gpu-check)      records, server logs
 #   REPOSITORY             model repository (default: the image's, /opt/rps-serve/model_repository)
@@ -38,8 +39,10 @@ fi
 
 engine_args=${RPS_ENGINE_ARGS:-}
 if [[ -z ${MODEL:-} ]]; then
-    MODEL=$out/tiny-qwen2-vl
-    [[ -f $MODEL/config.json ]] || rps-serve make-tiny-model "$MODEL"
+    MODEL=$out/tiny-llava-onevision
+    # 384x384 images (1,485 placeholder tokens: a base view and one crop) and 8-frame videos (1,569).
+    [[ -f $MODEL/config.json ]] || rps-serve make-tiny-model "$MODEL" --family llava-onevision \
+        --image-size 384 --video-size 384 --video-frames 8
     # The image's model.json is written for its real model: fit the engine to the tiny one.
     engine_args=${engine_args:-'{"tensor_parallel_size": 1, "max_model_len": 8192}'}
 fi

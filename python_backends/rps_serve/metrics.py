@@ -26,7 +26,9 @@ Metrics = dict[str, Any]
 class RequestRecords:
     """One row per request: times in seconds on one clock, NaN where a request did not get that far.
 
-    `modality` holds `Modality.index`; `level` the class level out of `num_levels`.
+    `modality` holds `Modality.index`; `level` the class level out of `num_levels`; `kind`, where the
+    trace says it, the workload's request kind (`workload.shapes.RequestKind`, in its order: short text,
+    long text, image, video).
     """
 
     arrival_s: np.ndarray
@@ -36,6 +38,7 @@ class RequestRecords:
     modality: np.ndarray
     level: np.ndarray
     num_levels: int = 3
+    kind: np.ndarray | None = None
 
     @property
     def ttft(self) -> np.ndarray:
@@ -81,6 +84,7 @@ class RequestRecords:
             modality=self.modality[mask],
             level=self.level[mask],
             num_levels=self.num_levels,
+            kind=None if self.kind is None else self.kind[mask],
         )
 
     def steady_state(self, trim: float = STEADY_STATE_TRIM) -> np.ndarray:
@@ -110,6 +114,7 @@ def concatenate_records(runs: Sequence[RequestRecords]) -> RequestRecords:
         modality=np.concatenate([r.modality for r in runs]),
         level=np.concatenate([r.level for r in runs]),
         num_levels=runs[0].num_levels,
+        kind=None if any(r.kind is None for r in runs) else np.concatenate([r.kind for r in runs]),
     )
 
 

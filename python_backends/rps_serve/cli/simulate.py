@@ -11,7 +11,7 @@ from rps_serve.cli.arguments import add_policies_argument, add_workload_argument
 from rps_serve.cli.train import add_reference_argument
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES
 from rps_serve.metrics import policy_table
-from rps_serve.profiles.reference import reference_model_names
+from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model_names
 from rps_serve.sim.hardware import Execution
 from rps_serve.sim.run import SimulationConfig, default_shapes, run_simulation
 from rps_serve.sim.simulator import POLICY_VARIANTS
@@ -23,7 +23,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--profile",
-        default="llava-onevision-qwen2-7b",
+        default=DEFAULT_REFERENCE,
         help=f"reference model ({', '.join(reference_model_names())}), a JSONL profile file or a measured"
         " profile (.json, benchmarks/fidelity.py)",
     )

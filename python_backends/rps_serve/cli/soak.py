@@ -41,10 +41,10 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rps_serve.loadtest.soak import CYCLE_HEADER, SoakConfig, cycle_row, run_soak
-    from rps_serve.tiny_model import TinyModelSpec
     from rps_serve.triton.server import local_server
     from rps_serve.triton.settings import MODEL_ENV
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+    from rps_serve.workload.request_format import RequestFormat
 
     model = repository_and_model(args)
     config = SoakConfig(
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             f"soak: {config.mix} through rps_ensemble, {config.cycles} cycles of {config.cycle_s / 60:g} min "
             f"at {config.rate_factor:g}x {pace}"
         )
-        report = run_soak(endpoints, TinyModelSpec.load(model), config)
+        report = run_soak(endpoints, RequestFormat.of_model(model), config)
     (args.out / "soak.json").write_text(json.dumps(report.to_json(), indent=1) + "\n")
     print(
         f"sustainable {report.sustainable_rate:.2f} req/s, offered {report.offered_rate:.2f} req/s, "

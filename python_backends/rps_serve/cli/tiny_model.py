@@ -1,4 +1,4 @@
-"""`rps-serve make-tiny-model`: a tiny random Qwen2-VL built offline (tests, the CPU demo)."""
+"""`rps-serve make-tiny-model`: a tiny random Qwen2-VL or LLaVA-OneVision built offline (tests, CPU demo)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,33 @@ from typing import Any
 
 
 def add_parser(commands: Any) -> None:
+    from rps_serve.tiny_model import Family
+
     parser = commands.add_parser(
-        "make-tiny-model", help="build a tiny random Qwen2-VL offline (tests, CPU demo)"
+        "make-tiny-model", help="build a tiny random multimodal model offline (tests, CPU demo)"
     )
     parser.add_argument("out", type=Path)
+    parser.add_argument("--family", choices=[f.value for f in Family], default=Family.QWEN2_VL.value)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--image-size", type=int, default=672, help="images are resized to this square")
-    parser.add_argument("--video-size", type=int, default=448, help="video frames are resized to this square")
+    parser.add_argument(
+        "--image-size", type=int, default=672, help="images are this square (a Qwen2-VL resizes to it)"
+    )
+    parser.add_argument(
+        "--video-size", type=int, default=448, help="video frames are this square (a Qwen2-VL resizes to it)"
+    )
     parser.add_argument("--video-frames", type=int, default=24, help="frames per video the model expects")
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
+    from rps_serve.requests import Modality
+    from rps_serve.tiny_model import Family, TinyModelSpec, build_tiny_model
+    from rps_serve.workload.request_format import RequestFormat
 
     spec = TinyModelSpec(
+        family=Family(args.family),
         layers=args.layers,
         hidden=args.hidden,
         image_size=args.image_size,
@@ -33,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     build_tiny_model(args.out, spec)
+    served = RequestFormat.of_model(args.out)
     print(
-        f"wrote {args.out}: {spec.layers} layers, hidden {spec.hidden}; an image is {spec.image_tokens} "
-        f"placeholder tokens, a {spec.video_frames}-frame video {spec.video_tokens}"
+        f"wrote {args.out}: a {spec.family.value}, {spec.layers} layers, hidden {spec.hidden}; "
+        f"a {spec.image_size}x{spec.image_size} image is {served.placeholder_tokens(Modality.IMAGE)} "
+        f"placeholder tokens, a {spec.video_frames}-frame video {served.placeholder_tokens(Modality.VIDEO)}"
     )
     return 0

@@ -10,10 +10,8 @@ from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES, MemoryFeature
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.records import read_records
-from rps_serve.profiles.reference import reference_model_names
+from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model_names
 from rps_serve.profiles.synthetic import reference_profile
-
-DEFAULT_REFERENCE = "llava-onevision-qwen2-7b"
 
 
 def add_reference_argument(parser: argparse.ArgumentParser, help: str) -> None:

@@ -18,13 +18,10 @@ from rps_serve.cost.estimator import ImpactEstimator
 from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path
 from rps_serve.profiles.records import ProfileRecord
-from rps_serve.profiles.reference import reference_model
+from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model
 from rps_serve.requests import Modality, RequestClass
 
 logger = logging.getLogger(__name__)
-
-# The model and GPU the paper tuned the priority parameters to (its (p, k) are seconds there).
-AGING_REFERENCE = "llava-onevision-qwen2-7b"
 
 
 @dataclass(frozen=True)
@@ -91,9 +88,9 @@ def _report(model: CostModel, records: Sequence[ProfileRecord], source: str) -> 
     return {
         "source": source,
         "records": len(records),
-        "aging_time_scale": time_scale(estimator, records, AGING_REFERENCE),
+        "aging_time_scale": time_scale(estimator, records, DEFAULT_REFERENCE),
         "aging_time_scale_note": (
-            f"the served model's prefill over {AGING_REFERENCE}'s on H100, for the profiled requests "
+            f"the served model's prefill over {DEFAULT_REFERENCE}'s on H100, for the profiled requests "
             "(median): the class priorities age on a clock this much slower (scheduling.parameters)"
         ),
         "estimator": {

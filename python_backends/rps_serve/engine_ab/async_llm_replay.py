@@ -11,10 +11,10 @@ import numpy as np
 
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.workload.content import ContentLimits, plan_content
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.trace import Trace
 
 
@@ -28,13 +28,13 @@ class ReplayRequest:
 
 
 def build_requests(
-    trace: Trace, media: TinyModelSpec, labeler: ClassLabeler, limits: ContentLimits, seed: int
+    trace: Trace, served: RequestFormat, labeler: ClassLabeler, limits: ContentLimits, seed: int
 ) -> list[ReplayRequest]:
     """Fresh prompts and media for every request of `trace`, sized for the served model (`plan_content`)."""
-    plan = plan_content(trace, media, limits)
+    plan = plan_content(trace, served, limits)
     levels = labeler.levels(plan.modality, plan.text_tokens + plan.visual_tokens, plan.visual_tokens)
     requests = []
-    for row, content in enumerate(plan.contents(media, seed)):
+    for row, content in enumerate(plan.contents(served, seed)):
         prompt: dict[str, Any] = {"prompt": content.prompt}
         if content.image is not None:
             prompt["multi_modal_data"] = {"image": content.image}

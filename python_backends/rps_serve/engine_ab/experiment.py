@@ -12,10 +12,10 @@ from typing import Any
 from rps_serve.engine_ab.async_llm_replay import build_requests, replay
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.engine import engine_args
 from rps_serve.workload.content import ContentLimits
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.source import Workload
 
 logger = logging.getLogger(__name__)
@@ -60,14 +60,14 @@ def _engine(config: ABConfig, policy: Policy) -> Any:
 def run_ab(config: ABConfig) -> dict[str, Any]:
     """Every policy `repeats` times, interleaved (fcfs, rps, fcfs, rps, ...), on the same trace with
     fresh prompts and media per run; results pooled per policy, in `rps-serve simulate`'s JSON shape."""
-    media = TinyModelSpec.load(config.model)
+    served = RequestFormat.of_model(config.model)
     labeler = ClassLabeler(config.cost_model)
     trace = config.workload.trace()
     runs: dict[Policy, list[RequestRecords]] = {p: [] for p in config.policies}
     for repeat in range(config.repeats):
         for index, policy in enumerate(config.policies):
             content_seed = config.seed + 1000 * repeat + index  # fresh content: caches must not hit
-            requests = build_requests(trace, media, labeler, config.content_limits, content_seed)
+            requests = build_requests(trace, served, labeler, config.content_limits, content_seed)
             engine = _engine(config, policy)
             try:
                 started = time.perf_counter()
@@ -90,5 +90,5 @@ def run_ab(config: ABConfig) -> dict[str, Any]:
         config.workload.to_json(), model=str(config.model), policies=[p.value for p in config.policies]
     )
     settings["cost_model"] = str(config.cost_model) if config.cost_model else None
-    settings["media"] = asdict(media)
+    settings["media"] = asdict(served.media)
     return {"config": settings, "results": results}

@@ -17,24 +17,24 @@ import numpy as np
 
 from rps_serve.loadtest.replay import ENSEMBLE, Replayed, drain_allowance_s, generation
 from rps_serve.metrics import RequestRecords
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.trace import generate_trace
 
 logger = logging.getLogger(__name__)
 
 
 def request_stream(
-    mix: str, media: TinyModelSpec, seed: int, content_seed: int, limits: ContentLimits
+    mix: str, served: RequestFormat, seed: int, content_seed: int, limits: ContentLimits
 ) -> Iterator[Generation]:
     """Endless requests of the mix, in batches of 256 drawn from a trace: what each asks for (modality,
     prompt and output lengths) follows `seed`, its text and pixels `content_seed` (one seed per batch,
     counting up from it)."""
     for batch in count():
         trace = generate_trace(mix_by_name(mix), 1.0, 256, seed + batch)
-        for content in plan_content(trace, media, limits).contents(media, content_seed + batch):
+        for content in plan_content(trace, served, limits).contents(served, content_seed + batch):
             yield generation(content)
 
 

@@ -48,7 +48,6 @@ from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metri
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
 from rps_serve.scheduling.regulator import starvation_bound_s
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Tally
 from rps_serve.triton.server import Endpoints, local_server
 from rps_serve.triton.settings import (
@@ -62,6 +61,7 @@ from rps_serve.triton.settings import (
 from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.source import SyntheticWorkload
 
 logger = logging.getLogger(__name__)
@@ -262,7 +262,7 @@ def _find_capacity(
 ) -> tuple[Capacity, OpenLoopCapacity]:
     """On one FCFS server: the closed-loop rate, then the open-loop capacity bisected below it."""
     seed = config.seed + CAPACITY_SEED_OFFSET
-    media = TinyModelSpec.load(config.model)
+    served = RequestFormat.of_model(config.model)
     probes = iter(range(1, config.probes + 1))
 
     def probe(rate: float) -> Replayed:
@@ -271,10 +271,10 @@ def _find_capacity(
         progress(f"capacity probe {n}/{config.probes}: {requests} requests at {rate:.2f}/s (open loop)")
         workload = SyntheticWorkload(config.mix, rate, requests, seed + n)
         trace = workload.trace()
-        return replay(endpoints.grpc_url, trace, build_requests(trace, media, DEMO_CONTENT, seed + n))
+        return replay(endpoints.grpc_url, trace, build_requests(trace, served, DEMO_CONTENT, seed + n))
 
     with _server(config, placement, "fcfs", "capacity") as endpoints:
-        stream = request_stream(config.mix, media, seed, content_seed=seed, limits=DEMO_CONTENT)
+        stream = request_stream(config.mix, served, seed, content_seed=seed, limits=DEMO_CONTENT)
         progress(f"capacity: {config.calibrate_s:g} s closed loop, then {config.probes} open-loop probes")
         closed = measure_capacity(endpoints.grpc_url, stream, config.calibrate_s)
         if closed.rate <= 0:

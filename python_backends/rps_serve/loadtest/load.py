@@ -21,9 +21,9 @@ from rps_serve.loadtest.server_stats import scrape
 from rps_serve.loadtest.stages import stage_breakdown
 from rps_serve.metrics import RequestRecords, grouped_metrics, slo_metrics
 from rps_serve.requests import Modality
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Tally
 from rps_serve.workload.content import ContentLimits
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.source import SyntheticWorkload, Workload
 from rps_serve.workload.trace import Trace
 
@@ -115,9 +115,9 @@ def subset_trace(trace: Trace, rows: np.ndarray) -> Trace:
 
 def run_bench(config: BenchConfig) -> BenchRun:
     """Warm up, take the SLOs, replay the trace and summarize it (see the module docstring)."""
-    media = TinyModelSpec.load(config.model)
+    served = RequestFormat.of_model(config.model)
     trace = config.workload.trace()
-    warm_up(config.url, media, config.seed + WARM_UP_SEED_OFFSET)
+    warm_up(config.url, served, config.seed + WARM_UP_SEED_OFFSET)
     isolated = None
     if config.slo is not None:
         slo = read_slo(config.slo)
@@ -129,10 +129,10 @@ def run_bench(config: BenchConfig) -> BenchRun:
         isolated = one_at_a_time(
             config.url,
             subset,
-            build_requests(subset, media, config.limits, config.seed + ISOLATED_SEED_OFFSET),
+            build_requests(subset, served, config.limits, config.seed + ISOLATED_SEED_OFFSET),
         )
         slo = slo_from_isolated(isolated)
-    requests = build_requests(trace, media, config.limits, config.seed)
+    requests = build_requests(trace, served, config.limits, config.seed)
     drain_s = drain_allowance_s(requests, None if isolated is None else _isolated_e2e(isolated, trace))
     logger.info(
         "replaying %d requests over %.1f s (lost if unanswered %.0f s after the last is sent)",

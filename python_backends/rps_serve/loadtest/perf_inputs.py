@@ -17,10 +17,10 @@ import numpy as np
 
 from rps_serve.loadtest.replay import build_requests
 from rps_serve.requests import Modality
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.trace import generate_trace
 
 
@@ -44,7 +44,7 @@ def perf_input_data(generations: Sequence[Generation]) -> dict[str, Any]:
 
 
 def perf_input_files(
-    out: Path, media: TinyModelSpec, per_modality: int, seed: int, max_tokens: int = 16
+    out: Path, served: RequestFormat, per_modality: int, seed: int, max_tokens: int = 16
 ) -> dict[Modality, Path]:
     """One input-data file per modality under `out` (`text.json`, `image.json`, `video.json`).
 
@@ -53,7 +53,7 @@ def perf_input_files(
     """
     trace = generate_trace(mix_by_name("mixed-iii"), 1.0, 40 * per_modality, seed)
     limits = ContentLimits(max_text_tokens=2048, max_output_tokens=max_tokens)
-    generations = build_requests(trace, media, limits, seed)
+    generations = build_requests(trace, served, limits, seed)
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     for modality in Modality:

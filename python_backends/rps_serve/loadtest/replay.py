@@ -12,7 +12,6 @@ import numpy as np
 
 from rps_serve.metrics import RequestRecords, concatenate_records
 from rps_serve.requests import RequestClass
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import (
     Generation,
     StreamClient,
@@ -22,6 +21,7 @@ from rps_serve.triton.client import (
     encode_video,
 )
 from rps_serve.workload.content import ContentLimits, RequestContent, plan_content
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace
 
@@ -45,9 +45,9 @@ def generation(content: RequestContent) -> Generation:
     return Generation(content.prompt, images, video, sampling_parameters=sampling)
 
 
-def build_requests(trace: Trace, media: TinyModelSpec, limits: ContentLimits, seed: int) -> list[Generation]:
+def build_requests(trace: Trace, served: RequestFormat, limits: ContentLimits, seed: int) -> list[Generation]:
     """One fresh request per trace row (`plan_content`): new filler text and new pixels, so no cache hits."""
-    return [generation(content) for content in plan_content(trace, media, limits).contents(media, seed)]
+    return [generation(content) for content in plan_content(trace, served, limits).contents(served, seed)]
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,7 @@ def replay(
         modality=np.array([_KINDS[int(k)].modality.index for k in trace.kind]),
         level=np.array(levels),
         num_levels=len(RequestClass),
+        kind=np.asarray(trace.kind),
     )
     return Replayed(records, tally, errors, clock_origin_s=start)
 
@@ -140,7 +141,7 @@ def one_at_a_time(url: str, trace: Trace, requests: list[Generation]) -> Request
     return concatenate_records([run.records for run in runs])
 
 
-def warm_up(url: str, media: TinyModelSpec, seed: int) -> None:
+def warm_up(url: str, served: RequestFormat, seed: int) -> None:
     """One request of each modality, one after another: the first of each kind pays one-off costs."""
     rows = [RequestKind.SHORT_TEXT, RequestKind.IMAGE, RequestKind.VIDEO]
     trace = Trace(
@@ -150,7 +151,7 @@ def warm_up(url: str, media: TinyModelSpec, seed: int) -> None:
         modality_tokens=np.zeros(len(rows), dtype=np.int64),
         output_tokens=np.full(len(rows), 4),
     )
-    one_at_a_time(url, trace, build_requests(trace, media, ContentLimits(max_text_tokens=64), seed))
+    one_at_a_time(url, trace, build_requests(trace, served, ContentLimits(max_text_tokens=64), seed))
 
 
 def _single(trace: Trace, row: int) -> Trace:

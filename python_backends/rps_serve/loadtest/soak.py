@@ -32,11 +32,11 @@ from rps_serve.loadtest.server_stats import (
     server_process,
     tree_rss_by_process,
 )
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.triton.server import Endpoints
 from rps_serve.workload.content import ContentLimits
+from rps_serve.workload.request_format import RequestFormat
 
 logger = logging.getLogger(__name__)
 
@@ -165,12 +165,12 @@ class _Sampler:
 
 
 def run_soak(
-    endpoints: Endpoints, media: TinyModelSpec, config: SoakConfig, model: str = ENSEMBLE
+    endpoints: Endpoints, served: RequestFormat, config: SoakConfig, model: str = ENSEMBLE
 ) -> SoakReport:
     """Measure (or take) the sustainable rate, then run the load-and-drain cycles at `rate_factor` x it."""
     if config.rate is None:
         calibration = request_stream(
-            config.mix, media, config.seed + 7919, content_seed=config.seed + 7919, limits=SOAK_CONTENT
+            config.mix, served, config.seed + 7919, content_seed=config.seed + 7919, limits=SOAK_CONTENT
         )
         rate = measure_capacity(
             endpoints.grpc_url, calibration, config.calibrate_s, config.calibrate_concurrency, model
@@ -195,7 +195,7 @@ def run_soak(
         # Every cycle sends the same requests with fresh text and pixels (no cache hit between cycles), so
         # none asks of memory more than the warm-up did: growth after it is what the cycles leave behind.
         requests = request_stream(
-            config.mix, media, config.seed, content_seed=config.seed + ((n + 1) << 32), limits=SOAK_CONTENT
+            config.mix, served, config.seed, content_seed=config.seed + ((n + 1) << 32), limits=SOAK_CONTENT
         )
         cycles.append(_run_cycle(endpoints, model, config, arrivals, requests, f"s{n}-"))
         logger.info("cycle %d of %d: %s", n + 1, config.cycles, cycle_row(cycles[-1]))

@@ -14,6 +14,10 @@ from rps_serve.requests import Modality
 
 Tokens = TypeVar("Tokens", float, np.ndarray)
 
+# The model and GPU the paper tuned its priority parameters to, and the default reference of every
+# command that takes one: LLaVA-OneVision-7B on one H100.
+DEFAULT_REFERENCE = "llava-onevision-qwen2-7b"
+
 
 @dataclass(frozen=True)
 class PrefillLine:

@@ -42,13 +42,16 @@ class Contender:
     num_preemptions: int = 0
 
 
+MAX_PREEMPTIONS = 2  # evictions one request may suffer for waiting ones: bounds the prefill it recomputes
+
+
 @dataclass(frozen=True)
 class PreemptionRule:
     margin: float
-    max_preemptions: int = 2
+    max_preemptions: int = MAX_PREEMPTIONS
 
     @classmethod
-    def for_policy(cls, policy: Policy, max_preemptions: int = 2) -> PreemptionRule | None:
+    def for_policy(cls, policy: Policy, max_preemptions: int = MAX_PREEMPTIONS) -> PreemptionRule | None:
         """The default rule of `policy`; None where the policy never preempts (fcfs)."""
         if policy not in DEFAULT_MARGINS:
             return None

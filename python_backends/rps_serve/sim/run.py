@@ -16,7 +16,7 @@ from rps_serve.cost.classifier import naive_level
 from rps_serve.cost.training import CostModel, TrainingOptions, fit_cost_model
 from rps_serve.metrics import grouped_metrics, slo_metrics
 from rps_serve.profiles.records import ProfileRecord, read_records
-from rps_serve.profiles.reference import reference_model, reference_model_names
+from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model, reference_model_names
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
 from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
@@ -52,7 +52,7 @@ class SimulationConfig:
     workload: Workload
     seed: int = 0
     classes: int = 3
-    reference: str = "llava-onevision-qwen2-7b"
+    reference: str = DEFAULT_REFERENCE
     profile_gpus: int = 1
     execution: Execution = Execution.GRAPH
 

@@ -205,6 +205,7 @@ def trace_records(
         modality=trace.modality,
         level=levels,
         num_levels=num_levels,
+        kind=trace.kind,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rps_serve.model_processor import load_processor, placeholder_tokens
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.triton.protocol import BadRequest
 
@@ -23,9 +24,7 @@ class PromptTokenCounter:
     """Counts tokens with the processor saved beside the model (`AutoProcessor`)."""
 
     def __init__(self, model: Path) -> None:
-        from transformers import AutoProcessor
-
-        self.processor = AutoProcessor.from_pretrained(str(model))
+        self.processor = load_processor(model)
         tokenizer = self.processor.tokenizer
         self._tokenizer = tokenizer
         self._image_marker = tokenizer.convert_tokens_to_ids(self.processor.image_token)
@@ -50,14 +49,9 @@ class PromptTokenCounter:
                 f"({self.processor.image_token!r}, {self.processor.video_token!r}) but the request carries "
                 f"{len(image_sizes)} images and {videos} videos"
             )
-        # The processor's own sizing rule, the one vLLM uses to lay out placeholders.
-        expanded = self.processor._get_num_multimodal_tokens(
-            image_sizes=[list(s) for s in image_sizes] or None,
-            video_sizes=None if video_shape is None else [list(video_shape)],
-        )
-        placeholders = sum(getattr(expanded, "num_image_tokens", None) or []) + sum(
-            getattr(expanded, "num_video_tokens", None) or []
-        )
+        video_shapes = [] if video_shape is None else [video_shape]
+        image_counts, video_counts = placeholder_tokens(self.processor, image_sizes, video_shapes)
+        placeholders = sum(image_counts) + sum(video_counts)
         markers = image_markers + video_markers
         return TokenCount(len(ids) - markers + placeholders, placeholders)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, onnx_path
 from rps_serve.cost.training import TrainingOptions, train_cost_model
+from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.triton.server import REPO_ROOT
@@ -16,10 +17,9 @@ logger = logging.getLogger(__name__)
 
 REPOSITORY = REPO_ROOT / "model_repository"
 TINY_MODEL = REPO_ROOT / "build" / "tiny-qwen2-vl"  # model.json's default "model"
-COST_PROFILE = "llava-onevision-qwen2-7b"
 
 
-def ensure_cost_models(repository: Path, profile: str = COST_PROFILE) -> bool:
+def ensure_cost_models(repository: Path, profile: str = DEFAULT_REFERENCE) -> bool:
     """Train the cost models into `repository` unless both ONNX files are there; True if trained."""
     if all(onnx_path(repository, name).is_file() for name in (ESTIMATOR_MODEL, CLASSIFIER_MODEL)):
         return False

@@ -187,8 +187,8 @@ class TritonPythonModel:
         """Answer one request; whatever happens, its last message carries the final flag.
 
         Above `max_pending` requests in flight it is refused before anything is read: every request
-        held pins its inputs (decoded video frames) in the Python backend's shared memory, which grows
-        to the deepest backlog and never shrinks, so an unbounded backlog is unbounded memory.
+        held pins its inputs (its encoded image and video files) in the Python backend's shared memory,
+        which grows to the deepest backlog and never shrinks, so an unbounded backlog is unbounded memory.
         """
         sender = request.get_response_sender()
         client_id = request.request_id()

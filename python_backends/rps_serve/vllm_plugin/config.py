@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.scheduling.parameters import Policy
+from rps_serve.scheduling.preemption import MAX_PREEMPTIONS
 
 CONFIG_KEY = "rps"
 EXTRA_ARGS_KEY = "rps"  # sampling_params.extra_args[EXTRA_ARGS_KEY]: the class as the ensemble computed it
@@ -41,7 +42,7 @@ class RPSConfig:
     naive: bool = False
     chunk_cap_tokens: int = 0
     yield_prefills: bool = False
-    max_preemptions: int = 2
+    max_preemptions: int = MAX_PREEMPTIONS
     decode_hold_s: float = 0.0
     decode_hold_media_only: bool = False
     aging_time_scale: float | None = None

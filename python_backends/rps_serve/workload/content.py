@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rps_serve.requests import Modality
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.prompts import filler_text
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.trace import Trace
 
 TOKENS_PER_WORD = 1.1  # filler words, tiny model tokenizer (measured by `rps-serve profile`)
@@ -41,7 +41,7 @@ class ContentLimits:
 
 @dataclass(frozen=True)
 class RequestContent:
-    """One prompt (Qwen2-VL chat format) with its media as pixels and its output length."""
+    """One prompt (the served model's chat format) with its media as pixels and its output length."""
 
     modality: Modality
     prompt: str
@@ -54,8 +54,8 @@ class RequestContent:
 class ContentPlan:
     """Per trace row: modality, text tokens asked for, placeholder tokens of its media, output tokens.
 
-    Images and videos are always the model's own size (its processor would resize anything else),
-    so their placeholder tokens are the model's, not the trace's.
+    Images and videos are always the served format's media, so their placeholder tokens are what the
+    model's processor makes of them, not the trace's.
     """
 
     modality: np.ndarray
@@ -77,10 +77,11 @@ class ContentPlan:
             output_tokens=self.output_tokens,
         )
 
-    def contents(self, media: TinyModelSpec, seed: int) -> Iterator[RequestContent]:
+    def contents(self, served: RequestFormat, seed: int) -> Iterator[RequestContent]:
         """Fresh filler text and random pixels for every row: no two requests share a prefix or an image."""
         text_rng = random.Random(seed)
         pixels = np.random.default_rng(seed)
+        media = served.media
         for row in range(len(self.modality)):
             modality = Modality.from_index(int(self.modality[row]))
             image = video = None
@@ -88,15 +89,15 @@ class ContentPlan:
                 image = random_image(media.image_size, media.image_size, pixels)
             elif modality is Modality.VIDEO:
                 video = random_video(media.video_frames, media.video_size, media.video_size, pixels)
-            prompt = chat_prompt(filler_text(int(self.words[row]), text_rng), modality)
+            prompt = served.prompt(filler_text(int(self.words[row]), text_rng), modality)
             yield RequestContent(modality, prompt, image, video, int(self.output_tokens[row]))
 
 
-def plan_content(trace: Trace, media: TinyModelSpec, limits: ContentLimits) -> ContentPlan:
-    """Token counts of every request of `trace` on a model with `media` sizes, within `limits`."""
+def plan_content(trace: Trace, served: RequestFormat, limits: ContentLimits) -> ContentPlan:
+    """Token counts of every request of `trace` in the served model's format, within `limits`."""
     modality = trace.modality
     visual = np.array(
-        [media.placeholder_tokens(Modality.from_index(int(m))) for m in modality], dtype=np.int64
+        [served.placeholder_tokens(Modality.from_index(int(m))) for m in modality], dtype=np.int64
     )
     text = np.clip(trace.prompt_tokens - trace.modality_tokens, 1, limits.max_text_tokens)
     high = np.iinfo(np.int64).max if limits.max_output_tokens is None else limits.max_output_tokens

@@ -15,11 +15,11 @@ import numpy as np
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import request_features
 from rps_serve.vllm_plugin.engine import engine_args
 from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.prompts import filler_text
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload_profiler.plan import ProfileItem
 
 logger = logging.getLogger(__name__)
@@ -72,9 +72,9 @@ class IsolatedProfiler:
     """Profiles one request at a time: nothing else is in the engine while a request runs."""
 
     def __init__(
-        self, engine: Any, timer: EncoderTimer, media: TinyModelSpec, output_tokens: int, seed: int
+        self, engine: Any, timer: EncoderTimer, served: RequestFormat, output_tokens: int, seed: int
     ) -> None:
-        self._engine, self._timer, self._media = engine, timer, media
+        self._engine, self._timer, self._served = engine, timer, served
         self._scheduler = engine.engine_core.engine_core.scheduler
         self._output_tokens = output_tokens
         self._text_rng = random.Random(seed)
@@ -83,9 +83,10 @@ class IsolatedProfiler:
 
     def _prompt(self, item: ProfileItem) -> dict[str, Any]:
         prompt: dict[str, Any] = {
-            "prompt": chat_prompt(filler_text(item.text_words, self._text_rng), item.modality)
+            "prompt": self._served.prompt(filler_text(item.text_words, self._text_rng), item.modality)
         }
-        size = self._media.image_size if item.modality is Modality.IMAGE else self._media.video_size
+        media = self._served.media
+        size = media.image_size if item.modality is Modality.IMAGE else media.video_size
         if item.modality is Modality.IMAGE:
             prompt["multi_modal_data"] = {"image": random_image(size, size, self._media_rng)}
         elif item.modality is Modality.VIDEO:

@@ -16,7 +16,8 @@ from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.prompts import filler_text
+from tests.prompts import chat_prompt
 
 configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-vllm-")))
 

@@ -1,5 +1,6 @@
 """A real tritonserver (nvidia-pytriton's binary) serving a copy of `model_repository/` with a real
-vLLM engine on a tiny random Qwen2-VL; one server per test module."""
+vLLM engine on a tiny random Qwen2-VL (a LLaVA-OneVision where a module asks); one server per test
+module."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from rps_serve.triton.server import Endpoints, local_server
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.prompts import filler_text
+from tests.prompts import chat_prompt
 
 # 224x224 image -> 64 placeholder tokens; videos are sampled to 8 frames of 224x224 -> 256.
 SPEC = TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video_frames=8)
@@ -51,13 +53,15 @@ def start_server(
     max_pending_requests: int | None = None,
     model_files: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
+    spec: TinyModelSpec = SPEC,
 ) -> Iterator[Server]:
-    """A server on a copy of the repository; `media` overrides model.json's media limits,
-    `max_pending_requests` its admission limit, `model_files` replaces models' `1/model.py`
-    (model name -> source), and `env` adds to the server's environment (`RPS_POLICY`, say)."""
+    """A server on a copy of the repository serving a tiny model of `spec`; `media` overrides
+    model.json's media limits, `max_pending_requests` its admission limit, `model_files` replaces
+    models' `1/model.py` (model name -> source), and `env` adds to the server's environment
+    (`RPS_POLICY`, say)."""
     work = tmp_path_factory.mktemp("triton")
-    model = work / "tiny-qwen2-vl"
-    build_tiny_model(model, SPEC)
+    model = work / f"tiny-{spec.family.value}"
+    build_tiny_model(model, spec)
     repository = work / "model_repository"
     shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
     ensure_cost_models(repository)

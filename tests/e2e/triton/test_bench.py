@@ -12,8 +12,8 @@ from rps_serve.cli import main
 from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
 from rps_serve.loadtest.perf_inputs import perf_input_files
 from rps_serve.requests import Modality, RequestClass
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.server import REPO_ROOT
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, write_trace
 from tests.e2e.triton.conftest import Server
@@ -116,8 +116,8 @@ def test_perf_analyzer_runs_on_the_ensemble(server: Server, tmp_path: Path) -> N
         binary = ensure_perf_analyzer(REPO_ROOT / "build" / "perf_analyzer")
     except Exception as error:  # the wheel comes from PyPI: without a registry there is nothing to run
         pytest.skip(f"perf_analyzer not available: {error}")
-    media = TinyModelSpec.load(_model(server))
-    files = perf_input_files(tmp_path / "inputs", media, per_modality=2, seed=0, max_tokens=4)
+    served = RequestFormat.of_model(_model(server))
+    files = perf_input_files(tmp_path / "inputs", served, per_modality=2, seed=0, max_tokens=4)
     run = PerfRun(server.endpoints.grpc_url, "rps_ensemble", files[Modality.TEXT], tmp_path / "text.csv",
                   concurrency="1", measurement_ms=2000, max_trials=5)  # fmt: skip
     rows = run_perf_analyzer(binary, run, tmp_path / "perf.log", timeout_s=300)

@@ -16,10 +16,10 @@ from rps_serve.loadtest.server_stats import scrape
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton.client import Generation, StreamClient, encode_video, infer_inputs
 from rps_serve.workload.media import random_video
-from tests.e2e.triton.conftest import ENSEMBLE, SPEC, Requests, Server, run
+from rps_serve.workload.request_format import RequestFormat
+from tests.e2e.triton.conftest import ENSEMBLE, Requests, Server, run
 
 LABELS = {c.label for c in RequestClass}
-PLACEHOLDERS = {Modality.TEXT: 0, Modality.IMAGE: SPEC.image_tokens, Modality.VIDEO: SPEC.video_tokens}
 
 
 def preprocess_features(server: Server, generation: Generation) -> np.ndarray:
@@ -42,9 +42,10 @@ def class_metrics(server: Server) -> dict[tuple[str, str], float]:
 @pytest.mark.parametrize("modality", list(Modality), ids=lambda m: m.value)
 def test_ensemble_streams_and_classifies(server: Server, requests: Requests, modality: Modality) -> None:
     generation = requests.make(modality, max_tokens=8)
+    placeholders = RequestFormat.of_model(server.model).placeholder_tokens(modality)
     features = preprocess_features(server, generation)
     assert features[0, cols.MODALITY] == modality.index
-    assert features[0, cols.MODALITY_TOKENS] == PLACEHOLDERS[modality]
+    assert features[0, cols.MODALITY_TOKENS] == placeholders
 
     result = run(server, ENSEMBLE, generation)
 
@@ -53,7 +54,7 @@ def test_ensemble_streams_and_classifies(server: Server, requests: Requests, mod
     # consumer (it does under load), so at most one per generated token.
     assert 1 <= len(result.chunks) <= 8
     verdict = server.cost_model().assess(
-        [RequestFeatures(modality, int(features[0, cols.PROMPT_TOKENS]), PLACEHOLDERS[modality])]
+        [RequestFeatures(modality, int(features[0, cols.PROMPT_TOKENS]), placeholders)]
     )[0]
     expected = RequestClass.for_level(verdict.level, server.cost_model().num_classes).label
     assert result.outputs["rps_class"][0].decode() == expected

@@ -12,28 +12,15 @@ import pytest
 
 from rps_serve.cli import main
 from rps_serve.loadtest.perf_inputs import perf_input_data
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation
-
-MEDIA = TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video_frames=8)
-
-
-def _model_dir(tmp_path: Path) -> Path:
-    """A directory with the spec file `TinyModelSpec.load` reads (no weights needed for media sizes)."""
-    from dataclasses import asdict
-
-    from rps_serve.tiny_model import SPEC_FILE
-
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / SPEC_FILE).write_text(json.dumps(asdict(MEDIA)))
-    return model
+from rps_serve.workload.request_format import MediaShape
 
 
-def test_cli_writes_one_valid_file_per_modality(tmp_path: Path) -> None:
+def test_cli_writes_one_valid_file_per_modality(tmp_path: Path, tiny_qwen: Path) -> None:
     out = tmp_path / "inputs"
-    model = str(_model_dir(tmp_path))
+    model = str(tiny_qwen)
+    media = MediaShape.of_model(tiny_qwen)
     argv = ["perf-inputs", "--out", str(out), "--model", model, "--per-modality", "3", "--max-tokens", "5"]
     assert main(argv) == 0
     for modality in ("text", "image", "video"):
@@ -56,7 +43,7 @@ def test_cli_writes_one_valid_file_per_modality(tmp_path: Path) -> None:
                 from PIL import Image
 
                 jpeg = base64.b64decode(entry[p.IMAGE]["content"][0])
-                assert Image.open(io.BytesIO(jpeg)).size == (MEDIA.image_size, MEDIA.image_size)
+                assert Image.open(io.BytesIO(jpeg)).size == (media.image_size, media.image_size)
             if modality == "video":
                 assert base64.b64decode(entry[p.VIDEO]["content"][0])[4:8] == b"ftyp"  # an MP4 file
         assert len(prompts) == 3  # fresh content: no prefix-cache hits in perf_analyzer's loop

@@ -6,10 +6,8 @@ from itertools import islice
 
 from rps_serve.loadtest.capacity import request_stream
 from rps_serve.loadtest.soak import SOAK_CONTENT
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.client import Generation
-
-MEDIA = TinyModelSpec(layers=1, hidden=64, image_size=56, video_size=56, video_frames=2)
+from rps_serve.workload.request_format import RequestFormat
 
 
 def _shape(generation: Generation) -> tuple[int, bool, int, int]:
@@ -21,19 +19,19 @@ def _shape(generation: Generation) -> tuple[int, bool, int, int]:
     )
 
 
-def test_cycles_repeat_the_work_with_fresh_content() -> None:
+def test_cycles_repeat_the_work_with_fresh_content(qwen_format: RequestFormat) -> None:
     n = 300  # more than one batch of the trace
     first = list(
-        islice(request_stream("mixed-iii", MEDIA, seed=3, content_seed=1 << 32, limits=SOAK_CONTENT), n)
+        islice(request_stream("mixed-iii", qwen_format, seed=3, content_seed=1 << 32, limits=SOAK_CONTENT), n)
     )
     again = list(
-        islice(request_stream("mixed-iii", MEDIA, seed=3, content_seed=2 << 32, limits=SOAK_CONTENT), n)
+        islice(request_stream("mixed-iii", qwen_format, seed=3, content_seed=2 << 32, limits=SOAK_CONTENT), n)
     )
     assert [_shape(g) for g in first] == [_shape(g) for g in again]
     assert len({_shape(g)[:2] for g in first}) > 1  # a mix, not one kind of request
     assert all(a.prompt != b.prompt for a, b in zip(first, again, strict=True))
     assert all(a.images != b.images for a, b in zip(first, again, strict=True) if a.images)
     other = list(
-        islice(request_stream("mixed-iii", MEDIA, seed=4, content_seed=1 << 32, limits=SOAK_CONTENT), n)
+        islice(request_stream("mixed-iii", qwen_format, seed=4, content_seed=1 << 32, limits=SOAK_CONTENT), n)
     )
     assert [_shape(g) for g in first] != [_shape(g) for g in other]

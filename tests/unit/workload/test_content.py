@@ -8,13 +8,11 @@ import pytest
 from rps_serve.engine_ab.async_llm_replay import build_requests as engine_requests
 from rps_serve.loadtest.replay import build_requests as triton_requests
 from rps_serve.requests import Modality
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.trace import Trace, generate_trace
-
-MEDIA = TinyModelSpec(layers=2, hidden=128, image_size=224, video_size=224, video_frames=8)
 
 
 @pytest.fixture(scope="module")
@@ -22,21 +20,23 @@ def trace() -> Trace:
     return generate_trace(mix_by_name("mixed-iii"), 4.0, 60, seed=3)
 
 
-def test_text_and_output_tokens_keep_the_trace_within_the_limits(trace: Trace) -> None:
+def test_text_and_output_tokens_keep_the_trace_within_the_limits(
+    trace: Trace, qwen_format: RequestFormat
+) -> None:
     limits = ContentLimits(max_text_tokens=500, min_output_tokens=4, max_output_tokens=32)
-    plan = plan_content(trace, MEDIA, limits)
+    plan = plan_content(trace, qwen_format, limits)
     text = trace.prompt_tokens - trace.modality_tokens
     assert np.array_equal(plan.text_tokens, np.clip(text, 1, 500))
     assert np.array_equal(plan.output_tokens, np.clip(trace.output_tokens, 4, 32))
     assert (plan.text_tokens == 500).any() and (plan.text_tokens < 500).any()  # the cap bites, not always
-    unbounded = plan_content(trace, MEDIA, ContentLimits(max_text_tokens=10**6))
+    unbounded = plan_content(trace, qwen_format, ContentLimits(max_text_tokens=10**6))
     assert np.array_equal(unbounded.output_tokens, trace.output_tokens)
 
 
-def test_media_placeholders_are_the_models_not_the_traces(trace: Trace) -> None:
-    plan = plan_content(trace, MEDIA, ContentLimits(max_text_tokens=4096))
-    expected = {Modality.TEXT: 0, Modality.IMAGE: MEDIA.image_tokens, Modality.VIDEO: MEDIA.video_tokens}
-    for modality, tokens in expected.items():
+def test_media_placeholders_are_the_models_not_the_traces(trace: Trace, qwen_format: RequestFormat) -> None:
+    plan = plan_content(trace, qwen_format, ContentLimits(max_text_tokens=4096))
+    for modality in Modality:
+        tokens = qwen_format.placeholder_tokens(modality)
         assert (plan.visual_tokens[trace.modality == modality.index] == tokens).all()
     served = plan.served_trace(trace)
     assert np.array_equal(served.modality_tokens, plan.visual_tokens)
@@ -44,11 +44,11 @@ def test_media_placeholders_are_the_models_not_the_traces(trace: Trace) -> None:
     assert np.array_equal(served.arrival_s, trace.arrival_s)
 
 
-def test_contents_are_fresh_per_seed_and_reproducible(trace: Trace) -> None:
-    plan = plan_content(trace, MEDIA, ContentLimits(max_text_tokens=256))
-    first = list(plan.contents(MEDIA, seed=1))
-    again = list(plan.contents(MEDIA, seed=1))
-    other = list(plan.contents(MEDIA, seed=2))
+def test_contents_are_fresh_per_seed_and_reproducible(trace: Trace, qwen_format: RequestFormat) -> None:
+    plan = plan_content(trace, qwen_format, ContentLimits(max_text_tokens=256))
+    first = list(plan.contents(qwen_format, seed=1))
+    again = list(plan.contents(qwen_format, seed=1))
+    other = list(plan.contents(qwen_format, seed=2))
     assert [c.prompt for c in first] == [c.prompt for c in again]
     assert all(a.prompt != b.prompt for a, b in zip(first, other, strict=True))
     assert len({c.prompt for c in first}) == len(first)
@@ -61,17 +61,18 @@ def test_contents_are_fresh_per_seed_and_reproducible(trace: Trace) -> None:
         assert len(content.prompt.split()) >= plan.words[row]
     image = next(c.image for c in first if c.image is not None)
     video = next(c.video for c in first if c.video is not None)
-    assert image.shape == (MEDIA.image_size, MEDIA.image_size, 3)
-    assert video.shape == (MEDIA.video_frames, MEDIA.video_size, MEDIA.video_size, 3)
+    media = qwen_format.media
+    assert image.shape == (media.image_size, media.image_size, 3)
+    assert video.shape == (media.video_frames, media.video_size, media.video_size, 3)
 
 
-def test_both_replays_send_the_same_content(trace: Trace) -> None:
+def test_both_replays_send_the_same_content(trace: Trace, qwen_format: RequestFormat) -> None:
     rows = trace.modality != Modality.VIDEO.index  # skip MP4 encoding: text and images are enough here
     columns = (trace.arrival_s, trace.kind, trace.prompt_tokens, trace.modality_tokens, trace.output_tokens)
     small = Trace(*(column[rows][:12] for column in columns))
     limits = ContentLimits(max_text_tokens=300, max_output_tokens=16)
-    over_triton = triton_requests(small, MEDIA, limits, seed=5)
-    in_engine = engine_requests(small, MEDIA, ClassLabeler(None), limits, seed=5)
+    over_triton = triton_requests(small, qwen_format, limits, seed=5)
+    in_engine = engine_requests(small, qwen_format, ClassLabeler(None), limits, seed=5)
     assert [g.prompt for g in over_triton] == [r.prompt["prompt"] for r in in_engine]
     assert [g.sampling_parameters["max_tokens"] for g in over_triton] == [r.max_tokens for r in in_engine]
     assert [len(g.images) for g in over_triton] == [

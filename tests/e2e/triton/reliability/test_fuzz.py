@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
-from rps_serve.workload.prompts import chat_prompt
 from tests.e2e.triton.conftest import MODELS, Requests, Server, run, serves, wait_drained
 from tests.fuzzing import (
     INPUT_NAMES,
@@ -25,6 +24,7 @@ from tests.fuzzing import (
     sampling_json,
     video_bytes,
 )
+from tests.prompts import chat_prompt
 
 # How the models and the server report an internal failure rather than a refusal.
 INTERNAL = re.compile(r"preprocess failed|vllm_model failed|[Ss]tub|not healthy|INTERNAL")

@@ -17,13 +17,14 @@ from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, encode_image, encode_video
 from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.prompts import filler_text
 from tests.e2e.triton.conftest import MODELS, VLLM_MODEL, Requests, Server, generate, run, serves
 from tests.e2e.triton.reliability.conftest import LIMITS
 from tests.fuzzing import (
     bomb_png,
     png,
 )
+from tests.prompts import chat_prompt
 
 BAD_REQUEST = 400  # what Triton's HTTP endpoint answers for INVALID_ARG (an internal error is 500)
 RNG = np.random.default_rng(5)

@@ -1,0 +1,83 @@
+"""The served model's request format, read from its directory: turns by its chat template, placeholder
+tokens by its processor's sizing rule, which must be what the processor itself expands a medium to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rps_serve.model_processor import load_processor, placeholder_tokens
+from rps_serve.requests import Modality
+from rps_serve.workload.media import random_image, random_video
+from rps_serve.workload.request_format import MEDIA_FILE, MediaShape, RequestFormat
+from tests.prompts import chat_prompt
+
+
+def expanded_tokens(model: Path, modality: Modality, shape: tuple[int, ...]) -> int:
+    """Placeholder tokens in the processor's own output for one medium of `shape`."""
+    processor = load_processor(model)
+    served = RequestFormat.of_model(model)
+    pixels = np.random.default_rng(0)
+    prompt = served.prompt("lo ka mi", modality)
+    if modality is Modality.IMAGE:
+        inputs = processor(text=[prompt], images=[random_image(shape[0], shape[1], pixels)])
+        token = processor.image_token
+    else:
+        inputs = processor(text=[prompt], videos=[random_video(shape[0], shape[1], shape[2], pixels)])
+        token = processor.video_token
+    marker = processor.tokenizer.convert_tokens_to_ids(token)
+    return int((np.asarray(inputs["input_ids"]) == marker).sum())
+
+
+@pytest.mark.parametrize("family", ["tiny_qwen", "tiny_llava"])
+@pytest.mark.parametrize(
+    ("modality", "shape"),
+    [
+        (Modality.IMAGE, (384, 384)),
+        (Modality.IMAGE, (480, 640)),
+        (Modality.IMAGE, (900, 300)),
+        (Modality.VIDEO, (4, 224, 224)),
+    ],
+)
+def test_placeholder_counts_are_what_the_processor_expands(
+    family: str, modality: Modality, shape: tuple[int, ...], request: pytest.FixtureRequest
+) -> None:
+    model: Path = request.getfixturevalue(family)
+    processor = load_processor(model)
+    images, videos = placeholder_tokens(
+        processor,
+        [shape] if modality is Modality.IMAGE else [],  # type: ignore[list-item]
+        [shape] if modality is Modality.VIDEO else [],  # type: ignore[list-item]
+    )
+    assert (images + videos)[0] == expanded_tokens(model, modality, shape)
+
+
+def test_llava_images_count_their_anyres_tiles(tiny_llava: Path) -> None:
+    """A base view of 27x27 patches, then the crops of the best-fitting grid with a newline per row:
+    a larger or wider image costs more tokens than one 384x384 crop (729 + 729 + 27)."""
+    (square, wide, large), _ = placeholder_tokens(
+        load_processor(tiny_llava), [(384, 384), (384, 768), (768, 768)], []
+    )
+    assert square == 729 + 27 * 27 + 27
+    assert square < wide < large
+
+
+def test_turns_come_from_the_models_template(tiny_qwen: Path, tiny_llava: Path) -> None:
+    qwen = RequestFormat.of_model(tiny_qwen)
+    llava = RequestFormat.of_model(tiny_llava)
+    for modality in Modality:
+        assert qwen.prompt("hello there", modality) == chat_prompt("hello there", modality)
+    assert "<image>" in llava.prompt("x", Modality.IMAGE) and "<video>" in llava.prompt("x", Modality.VIDEO)
+    assert "<image>" not in llava.prompt("x", Modality.TEXT)
+    assert llava.placeholder_tokens(Modality.TEXT) == 0
+
+
+def test_the_media_shape_is_read_from_beside_the_model(tmp_path: Path, tiny_llava: Path) -> None:
+    assert MediaShape.of_model(tmp_path) == MediaShape()
+    shape = MediaShape(image_size=300, video_size=200, video_frames=6)
+    shape.save(tmp_path)
+    assert MediaShape.of_model(tmp_path) == shape
+    assert (tiny_llava / MEDIA_FILE).is_file()
+    assert RequestFormat.of_model(tiny_llava, shape).media == shape
