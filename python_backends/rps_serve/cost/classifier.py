@@ -19,7 +19,7 @@ MIN_CLASSES, MAX_CLASSES = 2, 5
 class MemoryFeature(enum.Enum):
     """Which cost column the classifier uses as the memory coordinate."""
 
-    PREFILL_TOKENS = "prefill_tokens"  # SPEC: KV-cache footprint
+    PREFILL_TOKENS = "prefill_tokens"  # the paper's: KV-cache footprint
     MODALITY_TOKENS = "modality_tokens"  # the public artifact's choice
 
     @property

@@ -53,16 +53,6 @@ class ImpactEstimator:
             self.counts_[modality] = len(rows)
         return self
 
-    @classmethod
-    def from_lines(cls, lines: dict[Modality, PrefillLine]) -> ImpactEstimator:
-        """An estimator with known lines (e.g. the published reference fits), without fitting."""
-        missing = set(Modality) - set(lines)
-        if missing:
-            raise ValueError(f"missing lines for {sorted(m.value for m in missing)}")
-        estimator = cls()
-        estimator.lines_ = dict(lines)
-        return estimator
-
     def estimate(self, request: RequestFeatures) -> CostEstimate:
         seconds = self.lines_[request.modality].seconds(request.prompt_tokens)
         return CostEstimate(prefill_s=seconds, memory_tokens=request.prompt_tokens)

@@ -68,7 +68,8 @@ class ClassParameters:
 
 _SLO = isolated_ttft_slo_s()
 
-# SPEC.md, Priority Regulator. SLOs: isolated P99 TTFT of the class's typical modality.
+# The paper's Priority Regulator parameters (RPS-Serve, arXiv 2603.26498). SLOs: isolated P99 TTFT of the
+# class's typical modality.
 PAPER_PARAMETERS: dict[RequestClass, ClassParameters] = {
     RequestClass.SAND: ClassParameters(0.1, 3.5, 0.05, _SLO[Modality.TEXT]),
     RequestClass.PEBBLES: ClassParameters(0.05, 2.5, 0.003, _SLO[Modality.IMAGE]),

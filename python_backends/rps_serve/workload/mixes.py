@@ -31,7 +31,8 @@ class Mix:
         return self.fractions[list(RequestKind).index(kind)]
 
 
-# SPEC.md, Evaluation: (text, long text, image, video). The single-kind mixes serve isolated runs.
+# The paper's mixes (RPS-Serve, arXiv 2603.26498): (text, long text, image, video). The single-kind mixes
+# serve isolated runs.
 MIXES: dict[str, Mix] = {
     mix.name: mix
     for mix in (

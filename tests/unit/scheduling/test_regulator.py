@@ -1,4 +1,4 @@
-"""The Priority Regulator against values computed by hand from SPEC.md's formula."""
+"""The Priority Regulator against values computed by hand from the paper's formula (arXiv 2603.26498)."""
 
 from __future__ import annotations
 

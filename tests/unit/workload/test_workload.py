@@ -18,8 +18,8 @@ from rps_serve.workload.shapes import (
 )
 from rps_serve.workload.trace import generate_trace, read_trace, write_trace
 
-# SPEC.md, Evaluation: (short text, long text, image, video).
-SPEC_MIXES = {
+# The paper's mixes: (short text, long text, image, video).
+PAPER_MIXES = {
     "mixed-i": (0.60, 0.25, 0.10, 0.05),
     "mixed-ii": (0.50, 0.25, 0.15, 0.10),
     "mixed-iii": (0.40, 0.30, 0.20, 0.10),
@@ -29,7 +29,7 @@ SPEC_MIXES = {
 
 
 def test_mixes_are_the_papers() -> None:
-    for name, fractions in SPEC_MIXES.items():
+    for name, fractions in PAPER_MIXES.items():
         assert mix_by_name(name).fractions == fractions
     assert mix_by_name("mixed-iii").share(RequestKind.VIDEO) == 0.10
     with pytest.raises(ValueError, match="sum to 1"):
@@ -38,7 +38,7 @@ def test_mixes_are_the_papers() -> None:
         mix_by_name("mixed-vi")
 
 
-@pytest.mark.parametrize("name", list(SPEC_MIXES))
+@pytest.mark.parametrize("name", list(PAPER_MIXES))
 def test_trace_follows_mix_proportions(name: str) -> None:
     n = 20_000
     trace = generate_trace(MIXES[name], rate=10.0, n=n, seed=3)
