@@ -4,7 +4,8 @@ Each step, as vLLM V1 does it:
 1. running requests first, in admission order: each gets its pending tokens (the rest of its prefill,
    or one decode token) up to the remaining token budget (chunked prefill); if the KV cache cannot
    hold them, running requests are preempted by recompute (FCFS: the last admitted; other policies:
-   the worst score, latest arrival on ties) until it can;
+   the heaviest class, latest arrival first, as vLLM's priority policy picks with the class level as
+   the priority, which is what the plug-in hands it) until it can;
 2. if nothing was preempted, waiting requests in policy order while budget, sequence slots, KV blocks
    and the encoder budget last; a waiting request that does not fit may evict a running one where the
    policy's `PreemptionRule` allows it (never under FCFS);
@@ -173,12 +174,11 @@ class Engine:
         return regulator.scores(self.work.level[ids], self.work.arrival_s[ids], self.queues.now)
 
     def _running_victim(self, candidates: list[int]) -> int:
-        """vLLM's victim when a running request cannot grow: the last admitted (FCFS) or the worst score."""
+        """vLLM's victim when a running request cannot grow: the last admitted (FCFS), else the largest
+        (priority, arrival), the priority being the class level (the plug-in's `request.priority`)."""
         if self._fcfs_victims:
             return candidates[-1]
-        ids = np.array(candidates)
-        scores = self._running_scores(ids)
-        return candidates[int(np.lexsort((self.work.arrival_s[ids], scores))[-1])]
+        return max(candidates, key=lambda r: (self._level[r], self._arrival[r]))
 
     # --- step phases ----------------------------------------------------------------------------
 

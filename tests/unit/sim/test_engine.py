@@ -216,3 +216,15 @@ def test_same_input_same_result() -> None:
 def test_a_request_larger_than_the_cache_is_refused() -> None:
     with pytest.raises(ValueError, match="KV tokens"):
         _engine(_work([0.0], [5000], [10], [0]), Policy.FCFS, EngineConfig(kv_capacity_tokens=1000))
+
+
+def test_a_running_victim_is_vllms_priority_choice_heaviest_class_then_latest() -> None:
+    """As vLLM's priority policy picks with the plug-in's class level as the priority: an old rock
+    goes before fresh sand whatever their scores; within a class, the later arrival."""
+    work = _work([0.0, 30.0, 31.0, 32.0], [100] * 4, [8] * 4, [2, 0, 2, 0])
+    engine = _engine(work, Policy.RPS, EngineConfig(kv_capacity_tokens=100_000))
+    assert engine._running_victim([0, 1]) == 0
+    assert engine._running_victim([0, 1, 2, 3]) == 2
+    assert engine._running_victim([1, 3]) == 3
+    fcfs = _engine(work, Policy.FCFS, EngineConfig(kv_capacity_tokens=100_000))
+    assert fcfs._running_victim([0, 1, 3]) == 3  # the last admitted
