@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from rps_serve.cli import main
 from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
@@ -17,6 +16,7 @@ from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, write_trace
 from tests.e2e.triton.conftest import Server
+from tests.hardware import HAS_NVIDIA_DRIVER
 
 STATS = {"mean", "p50", "p90", "p95", "p99"}
 METRICS = {"ttft", "tpot", "e2e", "norm_latency"}
@@ -84,10 +84,10 @@ def test_bench_measures_a_trace_in_the_simulators_json_shape(server: Server, tmp
     isolated = report["config"]["isolated_runs"]
     assert {m: len(isolated[m]["ttft_s"]) for m in counts} == {m: 1 for m in counts}
     # No NVML on a CPU machine: utilization is null and says why; with a GPU it is a fraction.
-    if result["gpu"]["unavailable"] is None:
-        assert 0.0 <= result["utilization"] <= 1.0
+    if HAS_NVIDIA_DRIVER:
+        assert result["gpu"]["unavailable"] is None and 0.0 <= result["utilization"] <= 1.0
     else:
-        assert result["utilization"] is None
+        assert result["gpu"]["unavailable"] and result["utilization"] is None
     assert plot.stat().st_size > 0
 
 
@@ -112,10 +112,8 @@ def test_bench_takes_slos_from_a_file(server: Server, tmp_path: Path) -> None:
 
 def test_perf_analyzer_runs_on_the_ensemble(server: Server, tmp_path: Path) -> None:
     """The real binary (from the tritonclient 2.51 wheel, fetched once into build/) on text requests."""
-    try:
-        binary = ensure_perf_analyzer(REPO_ROOT / "build" / "perf_analyzer")
-    except Exception as error:  # the wheel comes from PyPI: without a registry there is nothing to run
-        pytest.skip(f"perf_analyzer not available: {error}")
+    # From the tritonclient 2.51 wheel on PyPI, which the set-up needs anyway: no registry is a failure.
+    binary = ensure_perf_analyzer(REPO_ROOT / "build" / "perf_analyzer")
     served = RequestFormat.of_model(_model(server))
     files = perf_input_files(tmp_path / "inputs", served, per_modality=2, seed=0, max_tokens=4)
     run = PerfRun(server.endpoints.grpc_url, "rps_ensemble", files[Modality.TEXT], tmp_path / "text.csv",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from rps_serve.loadtest.gpu import GpuSampler, time_average
+from tests.hardware import HAS_NVIDIA_DRIVER
 
 
 def test_time_average_weights_values_by_the_time_they_held() -> None:
@@ -18,14 +20,24 @@ def test_time_average_weights_values_by_the_time_they_held() -> None:
     assert time_average([], []) is None
 
 
-def test_sampler_reports_a_fraction_or_says_why_not() -> None:
+def _sample() -> tuple[GpuSampler, dict[str, Any]]:
     with GpuSampler(interval_s=0.01) as gpu:
         time.sleep(0.1)
+    return gpu, gpu.result().to_json()
+
+
+@pytest.mark.skipif(not HAS_NVIDIA_DRIVER, reason="needs NVIDIA's driver")
+def test_with_nvidia_driver_the_sampler_reports_a_fraction() -> None:
+    gpu, report = _sample()
     result = gpu.result()
-    report = result.to_json()
-    if result.unavailable is None:  # a machine with NVIDIA's driver
-        assert result.devices >= 1 and result.samples >= 1
-        assert 0.0 <= report["utilization"] <= 1.0
-    else:  # no NVML here: the run goes on and the value is null
-        assert report["utilization"] is None and result.samples == 0
-        assert result.unavailable
+    assert result.unavailable is None
+    assert result.devices >= 1 and result.samples >= 1
+    assert 0.0 <= report["utilization"] <= 1.0
+
+
+@pytest.mark.skipif(HAS_NVIDIA_DRIVER, reason="a machine without NVIDIA's driver")
+def test_without_nvidia_driver_the_sampler_says_why_and_reports_null() -> None:
+    gpu, report = _sample()
+    result = gpu.result()
+    assert report["utilization"] is None and result.samples == 0
+    assert result.unavailable
