@@ -24,7 +24,8 @@ from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import chat_prompt, filler_text
+from rps_serve.workload.prompts import filler_text
+from rps_serve.workload.request_format import RequestFormat
 
 BACKLOGS = (64, 256, 1024)
 RUNNING = 4
@@ -56,10 +57,11 @@ def _measure(model: Path, policy: Policy) -> dict[int, float]:
     samples: list[float] = []
     scheduler.schedule = _timed(scheduler.schedule, samples)
     text_rng, media_rng = random.Random(0), np.random.default_rng(0)
+    prompts = RequestFormat.of_model(model)
     long_decode = SamplingParams(max_tokens=100_000 // 100, ignore_eos=True)
     for i in range(RUNNING):
         engine.add_request(
-            f"busy{i}", {"prompt": chat_prompt(filler_text(50, text_rng), Modality.TEXT)}, long_decode
+            f"busy{i}", {"prompt": prompts.prompt(filler_text(50, text_rng), Modality.TEXT)}, long_decode
         )
     for _ in range(5):
         engine.step()
@@ -69,7 +71,7 @@ def _measure(model: Path, policy: Policy) -> dict[int, float]:
     for backlog in BACKLOGS:
         while queued < backlog:
             modality = modalities[queued % len(modalities)]
-            prompt: dict[str, Any] = {"prompt": chat_prompt(filler_text(30, text_rng), modality)}
+            prompt: dict[str, Any] = {"prompt": prompts.prompt(filler_text(30, text_rng), modality)}
             if modality is Modality.IMAGE:
                 prompt["multi_modal_data"] = {"image": random_image(224, 224, media_rng)}
             elif modality is Modality.VIDEO:

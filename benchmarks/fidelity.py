@@ -43,11 +43,11 @@ from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
-from rps_serve.tiny_model import TinyModelSpec
 from rps_serve.triton.repository import REPOSITORY, TINY_MODEL
 from rps_serve.triton.settings import load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
+from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.trace import Trace, read_trace, write_trace
 from rps_serve.workload_profiler.plan import ProfilePlan
 
@@ -105,14 +105,14 @@ def _bench_on_fresh_server(policy: str, out: Path, bench_args: list[str]) -> Pat
         return result
 
 
-def served_trace(trace: Trace, media: TinyModelSpec, limits: ContentLimits, seed: int) -> Trace:
+def served_trace(trace: Trace, served: RequestFormat, limits: ContentLimits, seed: int) -> Trace:
     """`trace` with the prompt tokens the server sees for the bench's content of `seed`: the prompt
     tokenized by the model's tokenizer, its one media placeholder expanded to the media's tokens."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(TINY_MODEL))
-    plan = plan_content(trace, media, limits)
-    counts = np.array([len(tokenizer(c.prompt)["input_ids"]) for c in plan.contents(media, seed)])
+    plan = plan_content(trace, served, limits)
+    counts = np.array([len(tokenizer(c.prompt)["input_ids"]) for c in plan.contents(served, seed)])
     visual = plan.visual_tokens
     return Trace(
         arrival_s=trace.arrival_s,
@@ -146,9 +146,11 @@ def measured_profile(
     step_s, kv_token_s = decode_costs(
         context, _isolated(reports, isolated, "tpot_s"), lines[Modality.TEXT].slope
     )
-    spec = TinyModelSpec.load(TINY_MODEL)
-    head_dim = spec.hidden // spec.heads
-    kv_bytes_per_token = 2 * spec.layers * spec.kv_heads * head_dim * 4  # float32 KV cache
+    from transformers import AutoConfig
+
+    text = AutoConfig.from_pretrained(str(TINY_MODEL)).get_text_config()
+    head_dim = text.hidden_size // text.num_attention_heads
+    kv_bytes_per_token = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * 4  # float32 KV
     draft = MeasuredProfile(
         name=name,
         lines=lines,
@@ -211,7 +213,7 @@ def _sustained_rate(out: Path, args: argparse.Namespace, limits: ContentLimits) 
     """Completed requests per second of a fresh server with 16 requests always in flight."""
     workdir = out / "server-capacity"
     with _serve("fcfs", workdir) as url:
-        requests = request_stream(args.mix, TinyModelSpec.load(TINY_MODEL), args.seed, args.seed, limits)
+        requests = request_stream(args.mix, RequestFormat.of_model(TINY_MODEL), args.seed, args.seed, limits)
         capacity = measure_capacity(url, requests, args.calibrate_s)
     print(
         f"sustained {capacity.rate:.2f} req/s ({capacity.completed} in {capacity.duration_s:g} s)", flush=True
@@ -246,12 +248,12 @@ def _measure_load(
         bench[policy] = json.loads(result.read_text())
 
     trace = read_trace(trace_file)
-    media = TinyModelSpec.load(TINY_MODEL)
-    served = served_trace(trace, media, limits, args.seed)
+    request_format = RequestFormat.of_model(TINY_MODEL)
+    served = served_trace(trace, request_format, limits, args.seed)
     served_file = out / "served.jsonl"
     write_trace(served_file, served)
     subset = subset_trace(trace, isolated_rows(trace, args.isolated))
-    isolated = served_trace(subset, media, limits, args.seed + ISOLATED_SEED_OFFSET)
+    isolated = served_trace(subset, request_format, limits, args.seed + ISOLATED_SEED_OFFSET)
     measured = measured_profile(profile, list(bench.values()), isolated, "tiny-qwen2-vl-cpu")
     profile_file = out / "measured.json"
     profile_file.write_text(json.dumps(measured.to_json(), indent=1) + "\n")
