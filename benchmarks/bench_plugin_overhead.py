@@ -48,7 +48,7 @@ def _measure(model: Path, policy: Policy) -> dict[int, float]:
 
     from vllm import LLMEngine, SamplingParams
 
-    from rps_serve.vllm_plugin.engine import engine_args
+    from rps_serve.vllm_plugin.engine_args import engine_args
 
     engine = LLMEngine.from_engine_args(
         engine_args(model, policy, max_num_seqs=RUNNING, max_model_len=4096, max_num_batched_tokens=4096)

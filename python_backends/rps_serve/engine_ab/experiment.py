@@ -13,7 +13,7 @@ from rps_serve.engine_ab.async_llm_replay import build_requests, replay
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.classify import ClassLabeler
-from rps_serve.vllm_plugin.engine import engine_args
+from rps_serve.vllm_plugin.engine_args import engine_args
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.source import Workload

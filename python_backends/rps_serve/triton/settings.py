@@ -29,7 +29,7 @@ from typing import Any
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
-from rps_serve.vllm_plugin.engine import scheduler_engine_kwargs
+from rps_serve.vllm_plugin.engine_args import scheduler_engine_kwargs
 
 SETTINGS_FILE = Path("vllm_model") / "model.json"
 MODEL_ENV = "RPS_MODEL"

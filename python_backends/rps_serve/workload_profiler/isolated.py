@@ -16,7 +16,7 @@ from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.classify import request_features
-from rps_serve.vllm_plugin.engine import engine_args
+from rps_serve.vllm_plugin.engine_args import engine_args
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
 from rps_serve.workload.request_format import RequestFormat

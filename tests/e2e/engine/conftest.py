@@ -54,7 +54,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def make_engine(model: Path, policy: Policy, **overrides: Any) -> Any:
     from vllm import LLMEngine
 
-    from rps_serve.vllm_plugin.engine import engine_args
+    from rps_serve.vllm_plugin.engine_args import engine_args
 
     settings: dict[str, Any] = {
         "max_model_len": MAX_MODEL_LEN,
