@@ -26,8 +26,8 @@ import numpy as np
 
 from experiments import run_chosen
 from rps_serve.metrics import RequestRecords
+from rps_serve.plots import plot_latency_vs_load
 from rps_serve.sim.hardware import Execution, tp_speedup
-from rps_serve.sim.plots import plot_latency_vs_load
 from rps_serve.sim.run import SimulationConfig, prepare, run_policy, run_simulation
 from rps_serve.workload.shapes import ISOLATION, SERVING
 from rps_serve.workload.source import SyntheticWorkload

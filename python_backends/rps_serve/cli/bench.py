@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"wrote {args.json}")
     if args.plot:
-        from rps_serve.sim.plots import plot_ttft_cdf
+        from rps_serve.plots import plot_ttft_cdf
 
         plot_ttft_cdf({config.label: run.records}, args.plot, f"{config.label} at {args.url}")
         print(f"wrote {args.plot}")

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     print(policy_table(report))
     print(f"wrote {args.json}")
     if args.plot:
-        from rps_serve.sim.plots import plot_ttft_cdf
+        from rps_serve.plots import plot_ttft_cdf
 
         title = f"{args.profile}, {args.gpus} GPU, {config.workload.describe()}"
         plot_ttft_cdf({name: outcome.records for name, outcome in outcomes.items()}, args.plot, title)

@@ -489,7 +489,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
 
 def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
     """`demo.json` (`results_json`) and one TTFT CDF plot per load; returns the paths written."""
-    from rps_serve.sim.plots import plot_ttft_cdf
+    from rps_serve.plots import plot_ttft_cdf
 
     json_path = config.out / "demo.json"
     json_path.write_text(json.dumps(results_json(demo, config), indent=1) + "\n")

@@ -1,4 +1,5 @@
-"""Figures of simulation results: TTFT CDF per modality per policy, and latency against load."""
+"""Figures of per-request records, simulated or measured: TTFT CDF per modality per policy, and
+latency against load."""
 
 from __future__ import annotations
 
