@@ -266,11 +266,15 @@ class TritonPythonModel:
             else:
                 ready.set_result(result)
 
-        def deliver(result: dict[str, Any] | BaseException) -> None:
-            loop.call_soon_threadsafe(settle, result)
-
         def work() -> None:
             started = time.monotonic()
+            progress.front_end_queue_s = started - arrival
+
+            def deliver(result: dict[str, Any] | BaseException) -> None:
+                # The front end's work ends here: from now on the loop may hand the input to the engine.
+                progress.front_end_work_s = time.monotonic() - started
+                loop.call_soon_threadsafe(settle, result)
+
             try:
                 prompt: dict[str, Any] = {"prompt": parsed.prompt}
                 if media := self.preprocessor.decode(parsed).multi_modal_data():
@@ -282,8 +286,6 @@ class TritonPythonModel:
             except Exception as error:
                 deliver(error)
             finally:
-                progress.front_end_queue_s = started - arrival
-                progress.front_end_work_s = time.monotonic() - started
                 # Every call into Triton (metrics too) stays on the loop's thread: the stub's messages to
                 # the server from several threads at once crash the server.
                 loop.call_soon_threadsafe(
