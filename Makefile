@@ -49,7 +49,7 @@ $(TINY_MODEL)/config.json: | setup
 # complete, then k-means on them. (`rps-serve train --reference llava-onevision-qwen2-7b` fits the published
 # H100 reference instead, as the tests' servers and the GPU configs do.)
 PROFILE := build/profile/tiny-qwen2-vl.jsonl
-$(PROFILE): $(TINY_MODEL)/config.json
+$(PROFILE): $(TINY_MODEL)/config.json python_backends/rps_serve/workload_profiler/plan.py
 	rm -f $@.partial
 	$(BIN)/rps-serve profile --model $(TINY_MODEL) --repeats 2 --out $@.partial
 	mv $@.partial $@

@@ -1,9 +1,10 @@
 """Builds tiny random multimodal models (weights, tokenizer, processor) offline, for tests and CPU demos.
 
 Two families, each as vLLM and Hugging Face load it:
-- Qwen2-VL (`rps-serve make-tiny-model`'s default, what the CPU stack serves): images are resized to
-  `image_size` squared, (H/14 * W/14) / 4 placeholder tokens (672x672 -> 576); a video is
-  frames/2 * (S/14)^2 / 4 (24 frames of 448x448 -> 3,072);
+- Qwen2-VL (`rps-serve make-tiny-model`'s default, what the CPU stack serves): an image keeps its size,
+  in 28-pixel units, up to `image_size` squared (larger ones are scaled down to it), (H/14 * W/14) / 4
+  placeholder tokens (672x672 -> 576); every video frame is resized to `video_size` squared, a video
+  is frames/2 * (S/14)^2 / 4 (24 frames of 448x448 -> 3,072);
 - LLaVA-OneVision (the GPU image's family): a SigLIP tower on 384x384 crops, 729 tokens each; an image
   is a 384x384 base view plus its anyres grid of crops, newline tokens included (384x384 -> 1,485,
   672x672 -> 3,699); a video is 196 tokens per frame (27x27 patches pooled to 14x14) plus one.
@@ -41,6 +42,7 @@ QWEN_SPECIAL_TOKENS = [
 ]
 LLAVA_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
 PATCH, MERGE, TEMPORAL = 14, 2, 2
+QWEN_MIN_PIXELS = 56 * 56  # Qwen2-VL's own lower bound: 4 placeholder tokens
 SIGLIP_SIZE = 384  # LLaVA-OneVision's crop: 27x27 patches of 14 pixels
 LLAVA_GRID = 3  # anyres crops up to 3x3 of SIGLIP_SIZE (the published model goes to 6x6; 9 crops at most)
 
@@ -195,12 +197,13 @@ def _build_qwen2_vl(out: Path, spec: TinyModelSpec) -> None:
     torch.manual_seed(spec.seed)
     model = Qwen2VLForConditionalGeneration(config).to(torch.float32)
     model.save_pretrained(out)
-    # Pixel bounds pin the resize: every image becomes image_size^2, every video frame video_size^2.
+    # Pixel bounds: an image keeps its size up to image_size^2 (so that costs grow with it, as on the
+    # real model, whose cap is higher); every video frame becomes video_size^2.
     image_pixels = spec.image_size**2
     video_pixels = spec.video_size**2
     processor = Qwen2VLProcessor(
         image_processor=Qwen2VLImageProcessor(
-            min_pixels=image_pixels, max_pixels=image_pixels, patch_size=PATCH, merge_size=MERGE
+            min_pixels=QWEN_MIN_PIXELS, max_pixels=image_pixels, patch_size=PATCH, merge_size=MERGE
         ),
         video_processor=Qwen2VLVideoProcessor(
             min_pixels=video_pixels,

@@ -86,12 +86,13 @@ class IsolatedProfiler:
             "prompt": self._served.prompt(filler_text(item.text_words, self._text_rng), item.modality)
         }
         media = self._served.media
-        size = media.image_size if item.modality is Modality.IMAGE else media.video_size
         if item.modality is Modality.IMAGE:
-            prompt["multi_modal_data"] = {"image": random_image(size, size, self._media_rng)}
+            side = round(media.image_size * item.image_scale)
+            prompt["multi_modal_data"] = {"image": random_image(side, side, self._media_rng)}
         elif item.modality is Modality.VIDEO:
+            side = media.video_size
             prompt["multi_modal_data"] = {
-                "video": random_video(item.video_frames, size, size, self._media_rng)
+                "video": random_video(item.video_frames, side, side, self._media_rng)
             }
         return prompt
 
