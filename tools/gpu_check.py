@@ -1,5 +1,5 @@
 """The client half of tools/gpu_check.sh: replay a mixed workload against a running server, then
-print the TTFT table of the runs (the same client and table as `rps-serve demo`)."""
+report the runs as `rps-serve demo` does (the same client, tables and paired ratios)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rps_serve.loadtest.demo import ttft_table
+from rps_serve.cli.arguments import cost_model_source
+from rps_serve.comparison import ratio_rows, steady
+from rps_serve.cost.runtime import aging_time_scale
+from rps_serve.loadtest.demo import CANDIDATE, ratio_table, ttft_table
 from rps_serve.loadtest.replay import build_requests, replay, warm_up
-from rps_serve.metrics import RequestRecords
+from rps_serve.metrics import RequestRecords, concatenate_records
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import MIXES, mix_by_name
 from rps_serve.workload.request_format import RequestFormat
@@ -35,14 +38,31 @@ def _replay(args: argparse.Namespace) -> None:
         raise SystemExit(f"{replayed.tally.lost} requests got no final response")
 
 
+def _load(path: Path) -> RequestRecords:
+    with np.load(path) as saved:
+        # np.savez stores the scalar `num_levels` as a 0-d array.
+        fields = {name: saved[name] if saved[name].ndim else saved[name].item() for name in saved.files}
+    return RequestRecords(**fields)
+
+
 def _table(args: argparse.Namespace) -> None:
-    records = {}
-    for path in args.records:
-        with np.load(path) as saved:
-            # np.savez stores the scalar `num_levels` as a 0-d array.
-            fields = {name: saved[name] if saved[name].ndim else saved[name].item() for name in saved.files}
-        records[path.stem] = RequestRecords(**fields)
-    print(ttft_table(records))
+    runs: dict[str, list[RequestRecords]] = {}
+    for path in args.records:  # POLICY-REPEAT.npz, each policy's seeds in the same order
+        policy = path.stem.rpartition("-")[0]
+        runs.setdefault(policy, []).append(_load(path))
+    print(
+        f"classes from the cost model in {args.repository}, trained on {cost_model_source(args.repository)} "
+        f"(aging clock {aging_time_scale(args.repository):.2f}x the paper's)"
+    )
+    steady_runs = {policy: steady(records) for policy, records in runs.items()}
+    seeds = len(next(iter(runs.values())))
+    print(f"steady state of {seeds} paired run(s) per policy")
+    print(ttft_table({policy: concatenate_records(records) for policy, records in steady_runs.items()}))
+    if CANDIDATE in steady_runs and len(steady_runs) > 1:
+        print(ratio_table(ratio_rows(steady_runs, CANDIDATE)))
+    for policy, records in runs.items():
+        completed = sum(int(r.completed.sum()) for r in records)
+        print(f"{policy}: {completed}/{sum(len(r.ttft) for r in records)} requests completed")
 
 
 def main() -> None:
@@ -58,8 +78,9 @@ def main() -> None:
     run.add_argument("--run", type=int, default=0, help="index of this run (fresh content per run)")
     run.add_argument("--max-text-tokens", type=int, default=4096, help="cap on a prompt's text tokens")
     run.add_argument("--out", type=Path, required=True, help="records file (.npz) named after the policy")
-    table = commands.add_parser("table", help="TTFT per modality of saved runs, side by side")
-    table.add_argument("records", type=Path, nargs="+", help="records files; each one's name is its column")
+    table = commands.add_parser("table", help="TTFT per modality and paired ratios of saved runs")
+    table.add_argument("--repository", type=Path, required=True, help="the model repository served")
+    table.add_argument("records", type=Path, nargs="+", help="records files, named POLICY-REPEAT.npz")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     {"replay": _replay, "table": _table}[args.command](args)

