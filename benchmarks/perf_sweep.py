@@ -47,8 +47,8 @@ def main() -> int:
     args = parser.parse_args()
 
     binary = ensure_perf_analyzer(args.binary_dir)
-    ensure_cost_models(args.repository)
     ensure_tiny_model(TINY_MODEL)
+    ensure_cost_models(args.repository, TINY_MODEL)
     args.out.mkdir(parents=True, exist_ok=True)
     workdir = args.out.resolve() / "server"
     workdir.mkdir(exist_ok=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rps_serve.cli.arguments import cost_model_source
 from rps_serve.tiny_model import Family, TinyModelSpec, build_tiny_model
-from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
+from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
 from rps_serve.triton.server import REPO_ROOT, free_port, prepare_server_tree, server_environment
 
 SCRIPT = REPO_ROOT / "tools" / "gpu_check.sh"
@@ -43,7 +43,7 @@ def test_the_script_profiles_the_model_then_compares_fcfs_and_rps_on_a_real_serv
     )
     repository = tmp_path / "model_repository"
     shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
-    ensure_cost_models(repository)
+    train_reference_cost_models(repository)  # as the image is built
     tree = prepare_server_tree(tmp_path / "server")
     vllm_dir = tmp_path / "vllm"
     out = tmp_path / "out"

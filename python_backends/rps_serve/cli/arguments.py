@@ -91,14 +91,15 @@ def add_local_server_arguments(
 
 def repository_and_model(args: argparse.Namespace) -> Path:
     """The model a local server runs (`--model`, else the tiny model, built if missing), with the
-    repository's cost models trained if they are missing."""
+    repository's cost models made for it if they are missing (`triton.repository.ensure_cost_models`)."""
     from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
 
-    ensure_cost_models(args.repository)
-    if args.model is not None:
-        return Path(args.model)
-    ensure_tiny_model(TINY_MODEL)
-    return TINY_MODEL
+    model = Path(args.model) if args.model is not None else TINY_MODEL
+    if args.model is None:
+        ensure_tiny_model(TINY_MODEL)
+    if source := ensure_cost_models(args.repository, model):
+        print(f"trained the cost models into {args.repository} on {source}")
+    return model
 
 
 def add_policies_argument(parser: argparse.ArgumentParser, default: str, choices: Sequence[str]) -> None:

@@ -22,34 +22,15 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from rps_serve.triton.settings import SETTINGS_FILE, read_settings
-    from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-    from rps_serve.workload_profiler.isolated import IsolatedProfiler, profiling_engine
-    from rps_serve.workload_profiler.plan import ProfilePlan
+    from rps_serve.workload_profiler.isolated import profile_served_model
 
     done = sum(1 for _ in read_records(args.out)) if args.out.exists() else 0
     if done and not args.resume:
         raise ValueError(f"{args.out} already holds {done} records; pass --resume to continue it")
-    plan = ProfilePlan(repeats=args.repeats)
     # The model as the repository serves it: its engine arguments (with RPS_MODEL and RPS_ENGINE_ARGS).
     served = read_settings(args.repository / SETTINGS_FILE, args.repository)
     model = args.model or served.model
-    configure_cpu_engine_environment(args.out.parent / ".vllm")
-    engine, timer = profiling_engine(model, served.engine_args)
-    profiler = IsolatedProfiler(engine, timer, model, plan.output_tokens, args.seed + done)
-    max_model_len = engine.model_config.max_model_len
-    planned = [item for item in plan.items() if profiler.fits(item, max_model_len)]
-    if skipped := len(plan.items()) - len(planned):
-        print(f"skipping {skipped} planned requests longer than max_model_len {max_model_len}")
-    items = planned[done:]
-    for warm_up in planned[:2]:  # first calls pay one-off initialization
-        profiler.run(warm_up)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("a", encoding="utf-8") as out:
-        for item in tqdm(items, desc="isolated runs", unit="request"):
-            out.write(profiler.run(item).to_json() + "\n")
-            out.flush()
-    print(f"{args.out}: {done + len(items)} records ({len(items)} new)")
+    written = profile_served_model(model, served.engine_args, args.out, args.repeats, args.seed)
+    print(f"{args.out}: {done + written} records ({written} new)")
     return 0

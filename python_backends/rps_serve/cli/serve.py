@@ -37,16 +37,17 @@ def run(args: argparse.Namespace) -> int:
 
     from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
     from rps_serve.triton.server import Ports, local_server
-    from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
+    from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV, SETTINGS_FILE, read_settings
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 
-    if ensure_cost_models(args.repository):
-        print(f"trained the cost models into {args.repository}")
     env = {POLICY_ENV: args.policy} if args.policy else {}
     if args.model:
         env[MODEL_ENV] = str(args.model.resolve())
     elif ensure_tiny_model(TINY_MODEL):
         print(f"built the tiny model into {TINY_MODEL}")
+    model = args.model or read_settings(args.repository / SETTINGS_FILE, args.repository).model
+    if source := ensure_cost_models(args.repository, model):
+        print(f"trained the cost models into {args.repository} on {source}")
     args.workdir.mkdir(parents=True, exist_ok=True)
     configure_cpu_engine_environment(args.workdir.resolve() / "vllm")
     stop = threading.Event()

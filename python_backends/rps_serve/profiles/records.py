@@ -1,4 +1,5 @@
-"""Profile records: one isolated run of one request, stored as JSON lines."""
+"""Profile records: what one request cost the engine (an isolated run, or observed under load),
+stored as JSON lines."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from rps_serve.requests import Modality, RequestFeatures
 
 @dataclass(frozen=True)
 class ProfileRecord:
-    """What the Workload Profiler measures for one request run alone on the engine.
+    """What the Workload Profiler measures for one request run alone on the engine, or, with
+    `under_load`, what the request's prefill took while the engine served (`cost.observed`: its
+    share of the steps it ran in, vision encoding included in `prefill_s`).
 
     Times are GPU seconds and exclude CPU preprocessing; `prompt_tokens` includes the
     image/video placeholder tokens counted in `modality_tokens`.
@@ -24,6 +27,7 @@ class ProfileRecord:
     encoder_s: float
     prefill_s: float
     output_tokens: int
+    under_load: bool = False
 
     @property
     def admission_s(self) -> float:
@@ -47,6 +51,7 @@ class ProfileRecord:
             encoder_s=float(data["encoder_s"]),
             prefill_s=float(data["prefill_s"]),
             output_tokens=int(data["output_tokens"]),
+            under_load=bool(data.get("under_load", False)),
         )
 
 

@@ -1,5 +1,5 @@
-"""Build outputs the model repository needs before a server can start: the ONNX cost models and
-the tiny model that model.json points to by default."""
+"""Build outputs the model repository needs before a server can start: the ONNX cost models (the
+served model's profile, trained on) and the tiny model that model.json points to by default."""
 
 from __future__ import annotations
 
@@ -8,26 +8,48 @@ from pathlib import Path
 
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, onnx_path
 from rps_serve.cost.training import TrainingOptions, train_cost_model
+from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.triton.server import REPO_ROOT
+from rps_serve.triton.settings import SETTINGS_FILE, read_settings
+from rps_serve.workload_profiler.isolated import profile_served_model
 
 logger = logging.getLogger(__name__)
 
 REPOSITORY = REPO_ROOT / "model_repository"
 TINY_MODEL = REPO_ROOT / "build" / "tiny-qwen2-vl"  # model.json's default "model"
+PROFILES = REPO_ROOT / "build" / "profile"  # where `make model-repository` keeps the tiny model's
+PROFILE_REPEATS = 2  # runs of every planned request, as `make model-repository` profiles
 
 
-def ensure_cost_models(repository: Path, profile: str = DEFAULT_REFERENCE) -> bool:
-    """Train the cost models into `repository` unless both ONNX files are there; True if trained."""
-    if all(onnx_path(repository, name).is_file() for name in (ESTIMATOR_MODEL, CLASSIFIER_MODEL)):
-        return False
-    logger.info("training the cost models on the %s reference profile into %s", profile, repository)
+def cost_models_present(repository: Path) -> bool:
+    return all(onnx_path(repository, name).is_file() for name in (ESTIMATOR_MODEL, CLASSIFIER_MODEL))
+
+
+def ensure_cost_models(repository: Path, model: Path, profiles: Path = PROFILES) -> str | None:
+    """The one recipe for a repository's cost models, as `make model-repository` follows it: unless
+    both ONNX files are there, profile `model` as the repository serves it (isolated runs on its
+    engine, kept as `profiles/<model>.jsonl`, a partial one resumed) and train on that. What they
+    were trained on, if trained."""
+    if cost_models_present(repository):
+        return None
+    profile = profiles / f"{model.name}.jsonl"
+    logger.info("profiling %s into %s, then training the cost models into %s", model, profile, repository)
+    served = read_settings(repository / SETTINGS_FILE, repository)
+    profile_served_model(model, served.engine_args, profile, repeats=PROFILE_REPEATS)
+    source = f"profile data {profile.name}"
+    train_cost_model(list(read_records(profile)), repository, TrainingOptions(), source)
+    return source
+
+
+def train_reference_cost_models(repository: Path, profile: str = DEFAULT_REFERENCE) -> None:
+    """Cost models fitted to a published H100 reference, for servers whose classes must not depend
+    on this machine's speed (the tests') and for the GPU image before it profiles its model."""
     train_cost_model(
         reference_profile(profile), repository, TrainingOptions(), f"reference profile {profile}"
     )
-    return True
 
 
 def ensure_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> bool:

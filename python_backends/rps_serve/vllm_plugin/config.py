@@ -35,6 +35,8 @@ class RPSConfig:
     (`scheduling.parameters.in_time_units`); None takes the cost model's (its report's
     `aging_time_scale`: how much slower than the paper's reference the served model is), or 1 without
     a cost model.
+    `observed_costs`: a JSON-lines file the engine appends a profile record to for every prefill it
+    completes, what the prefill took under load (`cost.observed`); None (the default) records none.
     """
 
     policy: Policy = Policy.RPS
@@ -46,6 +48,7 @@ class RPSConfig:
     decode_hold_s: float = 0.0
     decode_hold_media_only: bool = False
     aging_time_scale: float | None = None
+    observed_costs: str | None = None
 
     def to_additional_config(self) -> dict[str, Any]:
         return {CONFIG_KEY: {**asdict(self), "policy": self.policy.value}}

@@ -26,7 +26,7 @@ import logging
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from rps_serve.cost.observed import PrefillCostObserver, StepWork
 from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import Hold
@@ -45,7 +46,7 @@ from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
-from rps_serve.vllm_plugin.classify import EngineClassifier
+from rps_serve.vllm_plugin.classify import EngineClassifier, request_features
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
 
@@ -87,6 +88,14 @@ class _RPSMixin(Scheduler):
         self._holds: weakref.WeakKeyDictionary[Request, Hold] = weakref.WeakKeyDictionary()
         self.holds = 0  # steps a waiting request sat out for lighter requests running beside it
         self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
+        self._observer = PrefillCostObserver()
+        self._steps: dict[int, tuple[StepWork, float]] = {}  # scheduled, not yet updated
+        self._cost_log = (
+            None
+            if self.rps.observed_costs is None
+            # Open for the engine's life, a line at a time.
+            else Path(self.rps.observed_costs).open("a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        )
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
             self.rps.policy.value,
@@ -101,6 +110,36 @@ class _RPSMixin(Scheduler):
         return level
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        output = self._schedule(*args, **kwargs)
+        if self._cost_log is not None:
+            self._steps[id(output)] = (self._work_of(output), time.perf_counter())
+        return output
+
+    def update_from_output(self, scheduler_output: SchedulerOutput, *args: Any, **kwargs: Any) -> Any:
+        if self._cost_log is not None and (step := self._steps.pop(id(scheduler_output), None)):
+            work, started = step
+            for record in self._observer.observe(work, time.perf_counter() - started):
+                self._cost_log.write(record.to_json() + "\n")
+        return super().update_from_output(scheduler_output, *args, **kwargs)
+
+    def _work_of(self, output: SchedulerOutput) -> StepWork:
+        """The prompt and decode tokens `output` schedules per request (vLLM has already advanced
+        each request's computed tokens past them)."""
+        prefill: dict[str, int] = {}
+        completed = {}
+        decode = 0
+        for request_id, tokens in output.num_scheduled_tokens.items():
+            request = self.requests[request_id]
+            before = request.num_computed_tokens - tokens
+            prompt = min(tokens, max(request.num_prompt_tokens - before, 0))
+            decode += tokens - prompt
+            if prompt:
+                prefill[request_id] = prompt
+                if before + prompt >= request.num_prompt_tokens:
+                    completed[request_id] = request_features(request)
+        return StepWork(prefill, decode, completed)
+
+    def _schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         self.waiting.begin_iteration()
         # With every sequence slot taken no waiting request can start this step, so neither a hold,
         # an eviction nor a chunk cap would change what runs: skip them (and the scoring they need).
@@ -226,7 +265,18 @@ class _RPSMixin(Scheduler):
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.preemptions[self.waiting.level(request)] += 1
+        self._observer.forget(request.request_id)
         super()._preempt_request(request, *args, **kwargs)
+
+    def finish_requests(self, request_ids: str | Iterable[str] | None, *args: Any, **kwargs: Any) -> Any:
+        """Aborted requests (None: all of them) leave the prefill observer too."""
+        if request_ids is None:
+            self._observer = PrefillCostObserver()
+            return super().finish_requests(request_ids, *args, **kwargs)
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        for request_id in ids:
+            self._observer.forget(request_id)
+        return super().finish_requests(ids, *args, **kwargs)
 
     def _prefill_cap(self) -> int:
         if self.rps.policy is Policy.FCFS or not self.rps.chunk_cap_tokens or not self.waiting:

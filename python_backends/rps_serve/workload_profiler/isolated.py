@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 
 from rps_serve.model_processor import load_processor, placeholder_tokens
-from rps_serve.profiles.records import ProfileRecord
+from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.requests import Modality
 from rps_serve.vllm_plugin.classify import request_features
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
 from rps_serve.workload.request_format import RequestFormat
-from rps_serve.workload_profiler.plan import ProfileItem
+from rps_serve.workload_profiler.plan import ProfileItem, ProfilePlan
 
 logger = logging.getLogger(__name__)
 
@@ -155,3 +155,34 @@ class IsolatedProfiler:
             prefill_s=max(first_step_s - encoder_s, 0.0),
             output_tokens=output_tokens,
         )
+
+
+def profile_served_model(
+    model: Path, served_args: Mapping[str, Any], out: Path, repeats: int = 3, seed: int = 0
+) -> int:
+    """Run the profile plan on `model` with the engine arguments it is served with (`served_args`,
+    model.json's), appending a record per planned request to `out` after the ones it already holds
+    (the plan is fixed, so a partial file resumes); the number of records written. Planned requests
+    longer than the engine's `max_model_len` are left out, the same ones every time."""
+    from tqdm import tqdm
+
+    from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+
+    done = sum(1 for _ in read_records(out)) if out.exists() else 0
+    plan = ProfilePlan(repeats=repeats)
+    configure_cpu_engine_environment(out.parent / ".vllm")
+    engine, timer = profiling_engine(model, served_args)
+    profiler = IsolatedProfiler(engine, timer, model, plan.output_tokens, seed + done)
+    max_model_len = engine.model_config.max_model_len
+    planned = [item for item in plan.items() if profiler.fits(item, max_model_len)]
+    if skipped := len(plan.items()) - len(planned):
+        logger.info("skipping %d planned requests longer than max_model_len %d", skipped, max_model_len)
+    items = planned[done:]
+    for warm_up in planned[:2]:  # first calls pay one-off initialization
+        profiler.run(warm_up)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", encoding="utf-8") as records:
+        for item in tqdm(items, desc="isolated runs", unit="request"):
+            records.write(profiler.run(item).to_json() + "\n")
+            records.flush()
+    return len(items)

@@ -24,7 +24,7 @@ from rps_serve.requests import Modality
 from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_image, encode_video
-from rps_serve.triton.repository import REPOSITORY, ensure_cost_models
+from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
 from rps_serve.triton.server import Endpoints, local_server
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
@@ -64,7 +64,7 @@ def start_server(
     build_tiny_model(model, spec)
     repository = work / "model_repository"
     shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
-    ensure_cost_models(repository)
+    train_reference_cost_models(repository)
     settings_file = repository / SETTINGS_FILE
     settings = json.loads(settings_file.read_text())
     settings["media"] = {**settings["media"], **(media or {})}
