@@ -72,6 +72,25 @@ def test_the_default_config_exists() -> None:
     assert (DOCKER / "configs" / ARGS["RPS_CONFIG"] / "model.json").is_file()
 
 
+def test_the_images_rps_serve_steps_run_here(tmp_path: Path) -> None:
+    """Every `rps-serve` command of the build, with the build's arguments, runs with this checkout's
+    CLI (its output redirected under `tmp_path`): a renamed option fails here, not in `docker build`."""
+    from rps_serve.cli import main
+
+    steps = [
+        shlex.split(re.sub(r"\$\{(\w+)\}", lambda m: ARGS[m.group(1)], part))
+        for kind, arg in INSTRUCTIONS
+        if kind == "RUN"
+        for part in arg.split("&&")
+        if part.strip().startswith("rps-serve ")
+    ]
+    assert steps, "the image runs no rps-serve step"
+    for argv in steps:
+        out = argv.index("--out") + 1
+        argv[out] = str(tmp_path / argv[out])
+        assert main(argv[1:]) == 0, argv
+
+
 def test_every_copied_file_exists_and_is_not_docker_ignored() -> None:
     ignored = [
         line.strip()
