@@ -50,7 +50,30 @@ def _session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
-class OnnxCostModel:
+class CostModelRunner:
+    """The Impact Estimator and Request Classifier pair, wherever they run: `cost`, `classify` and
+    `num_classes` from a subclass; `assess` chains them."""
+
+    num_classes: int
+
+    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
+        """[n, 3] features -> [n, 3] cost (float32)."""
+        raise NotImplementedError
+
+    def classify(self, cost: np.ndarray) -> np.ndarray:
+        """[n, 3] cost -> [n] class levels (int64)."""
+        raise NotImplementedError
+
+    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
+        cost = self.cost(cols.feature_matrix(requests))
+        levels = self.classify(cost)
+        return [
+            Assessment(CostEstimate(float(row[cols.PREFILL_S]), int(row[cols.MEMORY_TOKENS])), int(level))
+            for row, level in zip(cost, levels, strict=True)
+        ]
+
+
+class OnnxCostModel(CostModelRunner):
     """Impact Estimator and Request Classifier as loaded from a model repository."""
 
     def __init__(self, estimator_path: Path, classifier_path: Path) -> None:
@@ -67,23 +90,13 @@ class OnnxCostModel:
         return cls(onnx_path(repository, ESTIMATOR_MODEL), onnx_path(repository, CLASSIFIER_MODEL))
 
     def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
-        """[n, 3] features -> [n, 3] cost (float32)."""
         out: np.ndarray = self._estimator.run(
             [COST_TENSOR], {FEATURES_INPUT: feature_matrix.astype(np.float32, copy=False)}
         )[0]
         return out
 
     def classify(self, cost: np.ndarray) -> np.ndarray:
-        """[n, 3] cost -> [n] class levels (int64)."""
         levels: np.ndarray = self._classifier.run(
             [LEVEL_OUTPUT], {COST_TENSOR: cost.astype(np.float32, copy=False)}
         )[0]
         return levels
-
-    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
-        cost = self.cost(cols.feature_matrix(requests))
-        levels = self.classify(cost)
-        return [
-            Assessment(CostEstimate(float(row[cols.PREFILL_S]), int(row[cols.MEMORY_TOKENS])), int(level))
-            for row, level in zip(cost, levels, strict=True)
-        ]

@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.cost import features as cols
+from rps_serve.cost.onnx_export import COST_TENSOR, DISTANCES_OUTPUT, FEATURES_INPUT, LEVEL_OUTPUT
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, CostModelRunner
 from rps_serve.triton import protocol as p
 
 
@@ -238,3 +241,29 @@ class StreamClient:
     def close(self, cancel_requests: bool = False) -> None:
         self.client.stop_stream(cancel_requests=cancel_requests)
         self.client.close()
+
+
+class ServedCostModel(CostModelRunner):
+    """The cost models a running server classifies with now (its `impact_estimator` and
+    `request_classifier`), asked over HTTP at `url` (HOST:PORT)."""
+
+    def __init__(self, url: str) -> None:
+        import tritonclient.http as httpclient
+
+        self._module = httpclient
+        self._client = httpclient.InferenceServerClient(url)
+        probe = np.zeros((1, cols.NUM_COST_COLUMNS), dtype=np.float32)
+        self.num_classes = int(self._infer(CLASSIFIER_MODEL, COST_TENSOR, probe, DISTANCES_OUTPUT).shape[1])
+
+    def _infer(self, model: str, input_name: str, value: np.ndarray, output: str) -> np.ndarray:
+        outputs = [self._module.InferRequestedOutput(output)]
+        result = self._client.infer(model, infer_inputs(self._module, {input_name: value}), outputs=outputs)
+        array: np.ndarray = result.as_numpy(output)
+        return array
+
+    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
+        features = feature_matrix.astype(np.float32, copy=False)
+        return self._infer(ESTIMATOR_MODEL, FEATURES_INPUT, features, COST_TENSOR)
+
+    def classify(self, cost: np.ndarray) -> np.ndarray:
+        return self._infer(CLASSIFIER_MODEL, COST_TENSOR, cost.astype(np.float32, copy=False), LEVEL_OUTPUT)

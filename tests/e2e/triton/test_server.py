@@ -161,3 +161,30 @@ def test_base64_is_checked(server: Server, requests: Requests) -> None:
     result = client.wait("b64")
     client.close()
     assert result.error is not None and "base64" in result.error
+
+
+def test_a_running_server_says_how_it_would_class_a_request(
+    server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rps-serve classify --url` asks the server's own ONNX models; they answer as the repository's
+    files do offline, for texts, images and videos of several sizes."""
+    from rps_serve.cli import main
+    from rps_serve.triton.client import ServedCostModel
+
+    probes = [RequestFeatures(Modality.TEXT, tokens, 0) for tokens in (20, 500, 4000)] + [
+        RequestFeatures(modality, 40 + visual, visual)
+        for modality in (Modality.IMAGE, Modality.VIDEO)
+        for visual in (64, 1500, 6000)
+    ]
+    served = ServedCostModel(server.endpoints.http_url)
+    offline = server.cost_model()
+    assert served.num_classes == offline.num_classes
+    for asked, known in zip(served.assess(probes), offline.assess(probes), strict=True):
+        assert asked.level == known.level
+        assert asked.estimate.prefill_s == pytest.approx(known.estimate.prefill_s, rel=1e-5)
+    assert main(["classify", "--url", server.endpoints.http_url, "video:6300:6272", "text:20"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    expected = offline.assess(
+        [RequestFeatures(Modality.VIDEO, 6300, 6272), RequestFeatures(Modality.TEXT, 20, 0)]
+    )
+    assert [int(row.split()[3]) for row in rows] == [a.level for a in expected]
