@@ -57,8 +57,27 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+class _ObservedCosts:
+    """The plug-in's record of observed prefill costs (`RPSConfig.observed_costs`): the steps
+    scheduled and not yet updated, the observer, and the file its records go to."""
+
+    def __init__(self, path: Path) -> None:
+        self.observer = PrefillCostObserver()
+        self.steps: dict[int, tuple[StepWork, float]] = {}  # id(scheduler output) -> work, start
+        # Open for the engine's life, a line at a time.
+        self._file = path.open("a", encoding="utf-8", buffering=1)
+
+    def step_done(self, output_id: int) -> None:
+        if (step := self.steps.pop(output_id, None)) is None:
+            return
+        work, started = step
+        for record in self.observer.observe(work, time.perf_counter() - started):
+            self._file.write(record.to_json() + "\n")
+
+
 class _RPSMixin(Scheduler):
     running: list[Request]
+    _costs: _ObservedCosts | None = None  # class-wide default: on only with `observed_costs`
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -88,14 +107,8 @@ class _RPSMixin(Scheduler):
         self._holds: weakref.WeakKeyDictionary[Request, Hold] = weakref.WeakKeyDictionary()
         self.holds = 0  # steps a waiting request sat out for lighter requests running beside it
         self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
-        self._observer = PrefillCostObserver()
-        self._steps: dict[int, tuple[StepWork, float]] = {}  # scheduled, not yet updated
-        self._cost_log = (
-            None
-            if self.rps.observed_costs is None
-            # Open for the engine's life, a line at a time.
-            else Path(self.rps.observed_costs).open("a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        )
+        if self.rps.observed_costs is not None:
+            self._costs = _ObservedCosts(Path(self.rps.observed_costs))
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
             self.rps.policy.value,
@@ -111,15 +124,13 @@ class _RPSMixin(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         output = self._schedule(*args, **kwargs)
-        if self._cost_log is not None:
-            self._steps[id(output)] = (self._work_of(output), time.perf_counter())
+        if self._costs is not None:
+            self._costs.steps[id(output)] = (self._work_of(output), time.perf_counter())
         return output
 
     def update_from_output(self, scheduler_output: SchedulerOutput, *args: Any, **kwargs: Any) -> Any:
-        if self._cost_log is not None and (step := self._steps.pop(id(scheduler_output), None)):
-            work, started = step
-            for record in self._observer.observe(work, time.perf_counter() - started):
-                self._cost_log.write(record.to_json() + "\n")
+        if self._costs is not None:
+            self._costs.step_done(id(scheduler_output))
         return super().update_from_output(scheduler_output, *args, **kwargs)
 
     def _work_of(self, output: SchedulerOutput) -> StepWork:
@@ -265,17 +276,20 @@ class _RPSMixin(Scheduler):
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.preemptions[self.waiting.level(request)] += 1
-        self._observer.forget(request.request_id)
+        if self._costs is not None:
+            self._costs.observer.forget(request.request_id)
         super()._preempt_request(request, *args, **kwargs)
 
     def finish_requests(self, request_ids: str | Iterable[str] | None, *args: Any, **kwargs: Any) -> Any:
         """Aborted requests (None: all of them) leave the prefill observer too."""
+        if self._costs is None:
+            return super().finish_requests(request_ids, *args, **kwargs)
         if request_ids is None:
-            self._observer = PrefillCostObserver()
+            self._costs.observer = PrefillCostObserver()
             return super().finish_requests(request_ids, *args, **kwargs)
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
         for request_id in ids:
-            self._observer.forget(request_id)
+            self._costs.observer.forget(request_id)
         return super().finish_requests(ids, *args, **kwargs)
 
     def _prefill_cap(self) -> int:

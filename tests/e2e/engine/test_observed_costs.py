@@ -40,7 +40,7 @@ def test_every_prefill_is_recorded_once_with_its_share_of_the_steps(
     driver.advance()
     engine.abort_request(["aborted"])
     driver.advance()
-    assert scheduler._observer.open_requests == 0
+    assert scheduler._costs.observer.open_requests == 0
 
     records = list(read_records(log))
     assert {r.features for r in records} == expected and len(records) == len(REQUESTS)
