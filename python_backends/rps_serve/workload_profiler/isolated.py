@@ -18,13 +18,13 @@ from rps_serve.requests import Modality
 from rps_serve.vllm_plugin.classify import request_features
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
-from rps_serve.workload.request_format import RequestFormat
+from rps_serve.workload.request_format import MediaShape, RequestFormat
 from rps_serve.workload_profiler.plan import ProfileItem, ProfilePlan
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MODEL_LEN = 8192  # where the served engine arguments leave it to the model
-# Filler words take 1.1-1.3 tokens each, a chat turn a few dozen: bounds for `IsolatedProfiler.fits`.
+# Filler words take 1.1-1.3 tokens each, a chat turn a few dozen: bounds for `fits`.
 TOKENS_PER_WORD_BOUND = 2
 TURN_TOKENS_BOUND = 64
 
@@ -46,6 +46,29 @@ class EncoderTimer:
         model_runner._execute_mm_encoder = timed
 
 
+def profiling_max_model_len(served_args: Mapping[str, Any]) -> int:
+    """The profiling engine's `max_model_len` (and its step's token budget)."""
+    return int(served_args.get("max_model_len") or DEFAULT_MAX_MODEL_LEN)
+
+
+def image_side(item: ProfileItem, media: MediaShape) -> int:
+    """The side, in pixels, of the square image `item` sends."""
+    return round(media.image_size * item.image_scale)
+
+
+def fits(item: ProfileItem, processor: Any, media: MediaShape, max_model_len: int) -> bool:
+    """Whether `item`'s prompt stays within `max_model_len` tokens: its media's placeholders exactly
+    (by the model's `processor`), its text by a bound (the same answer for any draw of its words)."""
+    side, video = image_side(item, media), media.video_size
+    images, videos = placeholder_tokens(
+        processor,
+        [(side, side)] if item.modality is Modality.IMAGE else [],
+        [(item.video_frames, video, video)] if item.modality is Modality.VIDEO else [],
+    )
+    text = TOKENS_PER_WORD_BOUND * item.text_words + TURN_TOKENS_BOUND
+    return sum(images) + sum(videos) + text <= max_model_len
+
+
 def profiling_engine(model: Path, served_args: Mapping[str, Any]) -> tuple[Any, EncoderTimer]:
     """An engine for `model` with the engine arguments it is served with (`served_args`, model.json's),
     changed only where isolated timing needs it: stock FCFS, no prefix cache, the engine core and its
@@ -53,7 +76,7 @@ def profiling_engine(model: Path, served_args: Mapping[str, Any]) -> tuple[Any, 
     step's time). One worker: a tensor-parallel model cannot be profiled this way."""
     from vllm import EngineArgs, LLMEngine
 
-    max_model_len = served_args.get("max_model_len") or DEFAULT_MAX_MODEL_LEN
+    max_model_len = profiling_max_model_len(served_args)
     args = EngineArgs(
         **{
             **served_args,
@@ -86,34 +109,18 @@ class IsolatedProfiler:
     def __init__(self, engine: Any, timer: EncoderTimer, model: Path, output_tokens: int, seed: int) -> None:
         self._engine, self._timer = engine, timer
         self._served = RequestFormat.of_model(model)
-        self._processor = load_processor(model)
         self._scheduler = engine.engine_core.engine_core.scheduler
         self._output_tokens = output_tokens
         self._text_rng = random.Random(seed)
         self._media_rng = np.random.default_rng(seed)
         self._count = 0
 
-    def _image_side(self, item: ProfileItem) -> int:
-        return round(self._served.media.image_size * item.image_scale)
-
-    def fits(self, item: ProfileItem, max_model_len: int) -> bool:
-        """Whether `item`'s prompt stays within `max_model_len` tokens: its media's placeholders
-        exactly, its text by a bound (the same answer for any draw of its words)."""
-        side, video = self._image_side(item), self._served.media.video_size
-        images, videos = placeholder_tokens(
-            self._processor,
-            [(side, side)] if item.modality is Modality.IMAGE else [],
-            [(item.video_frames, video, video)] if item.modality is Modality.VIDEO else [],
-        )
-        text = TOKENS_PER_WORD_BOUND * item.text_words + TURN_TOKENS_BOUND
-        return sum(images) + sum(videos) + text <= max_model_len
-
     def _prompt(self, item: ProfileItem) -> dict[str, Any]:
         prompt: dict[str, Any] = {
             "prompt": self._served.prompt(filler_text(item.text_words, self._text_rng), item.modality)
         }
         if item.modality is Modality.IMAGE:
-            side = self._image_side(item)
+            side = image_side(item, self._served.media)
             prompt["multi_modal_data"] = {"image": random_image(side, side, self._media_rng)}
         elif item.modality is Modality.VIDEO:
             side = self._served.media.video_size
@@ -170,14 +177,17 @@ def profile_served_model(
 
     done = sum(1 for _ in read_records(out)) if out.exists() else 0
     plan = ProfilePlan(repeats=repeats)
-    configure_cpu_engine_environment(out.parent / ".vllm")
-    engine, timer = profiling_engine(model, served_args)
-    profiler = IsolatedProfiler(engine, timer, model, plan.output_tokens, seed + done)
-    max_model_len = engine.model_config.max_model_len
-    planned = [item for item in plan.items() if profiler.fits(item, max_model_len)]
+    max_model_len = profiling_max_model_len(served_args)
+    processor, media = load_processor(model), MediaShape.of_model(model)
+    planned = [item for item in plan.items() if fits(item, processor, media, max_model_len)]
     if skipped := len(plan.items()) - len(planned):
         logger.info("skipping %d planned requests longer than max_model_len %d", skipped, max_model_len)
     items = planned[done:]
+    if not items:
+        return 0
+    configure_cpu_engine_environment(out.parent / ".vllm")
+    engine, timer = profiling_engine(model, served_args)
+    profiler = IsolatedProfiler(engine, timer, model, plan.output_tokens, seed + done)
     for warm_up in planned[:2]:  # first calls pay one-off initialization
         profiler.run(warm_up)
     out.parent.mkdir(parents=True, exist_ok=True)
