@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rps_serve.model_processor import load_processor, placeholder_tokens, user_turn
 from rps_serve.requests import Modality
@@ -56,9 +57,10 @@ class RequestFormat:
     media: MediaShape
 
     @classmethod
-    def of_model(cls, model: Path, media: MediaShape | None = None) -> RequestFormat:
-        """The format of the model in directory `model`, by its own processor and chat template."""
-        processor = load_processor(model)
+    def of_model(cls, model: Path, media: MediaShape | None = None, processor: Any = None) -> RequestFormat:
+        """The format of the model in directory `model`, by its own processor (`processor`, if the
+        caller has loaded it) and chat template."""
+        processor = processor or load_processor(model)
         media = media or MediaShape.of_model(model)
         size, frames = media.image_size, media.video_frames
         (image,), (video,) = placeholder_tokens(

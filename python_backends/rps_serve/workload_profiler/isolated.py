@@ -106,9 +106,10 @@ def profiling_engine(model: Path, served_args: Mapping[str, Any]) -> tuple[Any, 
 class IsolatedProfiler:
     """Profiles one request at a time: nothing else is in the engine while a request runs."""
 
-    def __init__(self, engine: Any, timer: EncoderTimer, model: Path, output_tokens: int, seed: int) -> None:
-        self._engine, self._timer = engine, timer
-        self._served = RequestFormat.of_model(model)
+    def __init__(
+        self, engine: Any, timer: EncoderTimer, served: RequestFormat, output_tokens: int, seed: int
+    ) -> None:
+        self._engine, self._timer, self._served = engine, timer, served
         self._scheduler = engine.engine_core.engine_core.scheduler
         self._output_tokens = output_tokens
         self._text_rng = random.Random(seed)
@@ -178,8 +179,9 @@ def profile_served_model(
     done = sum(1 for _ in read_records(out)) if out.exists() else 0
     plan = ProfilePlan(repeats=repeats)
     max_model_len = profiling_max_model_len(served_args)
-    processor, media = load_processor(model), MediaShape.of_model(model)
-    planned = [item for item in plan.items() if fits(item, processor, media, max_model_len)]
+    processor = load_processor(model)
+    served = RequestFormat.of_model(model, processor=processor)
+    planned = [item for item in plan.items() if fits(item, processor, served.media, max_model_len)]
     if skipped := len(plan.items()) - len(planned):
         logger.info("skipping %d planned requests longer than max_model_len %d", skipped, max_model_len)
     items = planned[done:]
@@ -187,7 +189,7 @@ def profile_served_model(
         return 0
     configure_cpu_engine_environment(out.parent / ".vllm")
     engine, timer = profiling_engine(model, served_args)
-    profiler = IsolatedProfiler(engine, timer, model, plan.output_tokens, seed + done)
+    profiler = IsolatedProfiler(engine, timer, served, plan.output_tokens, seed + done)
     for warm_up in planned[:2]:  # first calls pay one-off initialization
         profiler.run(warm_up)
     out.parent.mkdir(parents=True, exist_ok=True)
