@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from sklearn.compose import ColumnTransformer
@@ -29,6 +29,14 @@ class ImpactEstimator:
     def __init__(self, quantile: float = 0.9) -> None:
         self.quantile = quantile
 
+    @classmethod
+    def of_lines(cls, lines: Mapping[Modality, PrefillLine], quantile: float = 0.9) -> ImpactEstimator:
+        """An estimator whose lines are given (an online refit's), not fitted here."""
+        estimator = cls(quantile)
+        estimator.lines_ = dict(lines)
+        estimator.mae_s_, estimator.counts_ = {}, {}
+        return estimator
+
     def fit(self, records: Sequence[ProfileRecord]) -> ImpactEstimator:
         self.lines_: dict[Modality, PrefillLine] = {}
         self.mae_s_: dict[Modality, float] = {}
@@ -39,19 +47,24 @@ class ImpactEstimator:
                 raise ValueError(
                     f"profile has {len(rows)} {modality.value} records; need at least 2 to fit a line"
                 )
-            tokens = np.array([[r.prompt_tokens] for r in rows], dtype=np.float64)
+            tokens = np.array([r.prompt_tokens for r in rows], dtype=np.float64)
             seconds = np.array([r.admission_s for r in rows], dtype=np.float64)
-            regressor: LinearRegression | QuantileRegressor
-            if modality in QUANTILE_MODALITIES:
-                regressor = QuantileRegressor(quantile=self.quantile, alpha=0.0, solver="highs")
-            else:
-                regressor = LinearRegression()
-            regressor.fit(tokens, seconds)
-            line = PrefillLine(float(regressor.intercept_), float(regressor.coef_[0]))
+            line = self.fit_line(modality, tokens, seconds)
             self.lines_[modality] = line
-            self.mae_s_[modality] = float(np.mean(np.abs(line.seconds(tokens[:, 0]) - seconds)))
+            self.mae_s_[modality] = float(np.mean(np.abs(line.seconds(tokens) - seconds)))
             self.counts_[modality] = len(rows)
         return self
+
+    def fit_line(self, modality: Modality, tokens: np.ndarray, seconds: np.ndarray) -> PrefillLine:
+        """One modality's line through (prompt tokens, admission seconds): least squares for text,
+        the `quantile` for image and video."""
+        regressor: LinearRegression | QuantileRegressor
+        if modality in QUANTILE_MODALITIES:
+            regressor = QuantileRegressor(quantile=self.quantile, alpha=0.0, solver="highs")
+        else:
+            regressor = LinearRegression()
+        regressor.fit(tokens.reshape(-1, 1), seconds)
+        return PrefillLine(float(regressor.intercept_), float(regressor.coef_[0]))
 
     def estimate(self, request: RequestFeatures) -> CostEstimate:
         seconds = self.lines_[request.modality].seconds(request.prompt_tokens)

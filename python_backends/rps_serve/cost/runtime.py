@@ -42,12 +42,14 @@ class Assessment:
     level: int
 
 
-def _session(path: Path) -> ort.InferenceSession:
+def _session(model: Path | bytes) -> ort.InferenceSession:
+    """An onnxruntime session of a model file, or of a serialized model (an online refit's)."""
     options = ort.SessionOptions()
     # One request at a time is the common case: thread hand-offs cost more than they save.
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, bytes) else str(model)
+    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 class CostModelRunner:
@@ -74,14 +76,14 @@ class CostModelRunner:
 
 
 class OnnxCostModel(CostModelRunner):
-    """Impact Estimator and Request Classifier as loaded from a model repository."""
+    """Impact Estimator and Request Classifier as loaded from a model repository (or serialized)."""
 
-    def __init__(self, estimator_path: Path, classifier_path: Path) -> None:
-        for path in (estimator_path, classifier_path):
-            if not path.is_file():
+    def __init__(self, estimator: Path | bytes, classifier: Path | bytes) -> None:
+        for path in (estimator, classifier):
+            if isinstance(path, Path) and not path.is_file():
                 raise FileNotFoundError(f"{path} not found; create it with `rps-serve train --out DIR`")
-        self._estimator = _session(estimator_path)
-        self._classifier = _session(classifier_path)
+        self._estimator = _session(estimator)
+        self._classifier = _session(classifier)
         props = self._classifier.get_modelmeta().custom_metadata_map
         self.num_classes = int(props[NUM_CLASSES_KEY])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from rps_serve.cost.estimator import ImpactEstimator
 from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path
 from rps_serve.profiles.records import ProfileRecord
-from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model
+from rps_serve.profiles.reference import DEFAULT_REFERENCE, PrefillLine, reference_model
 from rps_serve.requests import Modality, RequestClass
 
 logger = logging.getLogger(__name__)
@@ -111,9 +111,27 @@ def _report(model: CostModel, records: Sequence[ProfileRecord], source: str) -> 
             "num_classes": k,
             "power_transform": classifier.power_transform,
             "memory_feature": classifier.memory_feature.value,
+            "seed": classifier.random_state,
             "classes": classes,
         },
     }
+
+
+def fit_of_report(report: Mapping[str, Any]) -> tuple[dict[Modality, PrefillLine], TrainingOptions]:
+    """The estimator's lines and the training settings a report (`_report`) records."""
+    estimator, classifier = report["estimator"], report["classifier"]
+    lines = {
+        Modality(name): PrefillLine(float(line["intercept"]), float(line["slope"]))
+        for name, line in estimator["lines"].items()
+    }
+    options = TrainingOptions(
+        num_classes=int(classifier["num_classes"]),
+        power_transform=bool(classifier["power_transform"]),
+        memory_feature=MemoryFeature(classifier["memory_feature"]),
+        quantile=float(estimator["quantile_modalities"]["image"]),
+        seed=int(classifier.get("seed", TrainingOptions.seed)),
+    )
+    return lines, options
 
 
 def train_cost_model(

@@ -1,0 +1,108 @@
+"""The online refit: it converges from a wrong fit, moves boundedly, and one outlier moves no boundary."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rps_serve.cost.online import OnlineCostModel, OnlineOptions
+from rps_serve.cost.runtime import CostModelRunner
+from rps_serve.cost.training import TrainingOptions, fit_cost_model
+from rps_serve.profiles.records import ProfileRecord
+from rps_serve.requests import Modality, RequestFeatures
+
+SLOW_IMAGES = 20.0  # the served device: its vision encoder 20 times slower than the reference's
+
+
+def served_device(records: list[ProfileRecord]) -> list[ProfileRecord]:
+    return [
+        replace(r, prefill_s=r.admission_s * SLOW_IMAGES, encoder_s=0.0)
+        if r.modality is Modality.IMAGE
+        else r
+        for r in records
+    ]
+
+
+def agreement(a: CostModelRunner, b: CostModelRunner, probes: list[RequestFeatures]) -> float:
+    levels = [np.array([v.level for v in model.assess(probes)]) for model in (a, b)]
+    return float(np.mean(levels[0] == levels[1]))
+
+
+class _Fitted(CostModelRunner):
+    """An offline fit, in the runner's terms (for comparing classes)."""
+
+    def __init__(self, records: list[ProfileRecord]) -> None:
+        self._model = fit_cost_model(records, TrainingOptions())
+        self.num_classes = self._model.classifier.num_classes
+
+    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
+        return self._model.estimator.predict_cost(feature_matrix)
+
+    def classify(self, cost: np.ndarray) -> np.ndarray:
+        return self._model.classifier.predict(cost)
+
+
+def test_a_wrong_fit_converges_to_the_served_devices_classes(
+    trained_repository: Path, reference_records: list[ProfileRecord]
+) -> None:
+    truth_records = served_device(reference_records)
+    truth = _Fitted(truth_records)
+    online = OnlineCostModel.from_repository(trained_repository, OnlineOptions())
+    probes = [r.features for r in random.Random(1).sample(truth_records, 300)]
+    start = agreement(online, truth, probes)
+    assert start < 0.9  # the starting fit classes the probes wrongly, or the test shows nothing
+
+    served = truth_records.copy()
+    random.Random(2).shuffle(served)
+    agreed = []
+    for batch in range(0, 1200, 40):
+        online.observe(replace(r, under_load=True) for r in served[batch : batch + 40])
+        assert online.update() is not None
+        agreed.append(agreement(online, truth, probes))
+    assert max(agreed[-5:]) >= 0.9 and min(agreed[-5:]) >= 0.85, (start, agreed)
+
+
+def test_one_update_moves_a_line_at_most_by_its_bound(
+    trained_repository: Path, reference_records: list[ProfileRecord]
+) -> None:
+    options = OnlineOptions(max_step=1.5)
+    online = OnlineCostModel.from_repository(trained_repository, options)
+    before = online.lines
+    online.observe(served_device(reference_records)[:: len(reference_records) // 100])
+    update = online.update()
+    assert update is not None and update.lines_before == before
+    images = [r.prompt_tokens for r in reference_records if r.modality is Modality.IMAGE]
+    for tokens in np.percentile(images, [10, 50, 90]):
+        ratio = update.lines_after[Modality.IMAGE].seconds(tokens) / before[Modality.IMAGE].seconds(tokens)
+        assert 1.0 < ratio <= options.max_step + 1e-9
+
+
+def test_one_outlier_cannot_move_a_class_boundary(
+    trained_repository: Path, reference_records: list[ProfileRecord]
+) -> None:
+    online = OnlineCostModel.from_repository(trained_repository, OnlineOptions(min_new_records=1))
+    served = reference_records.copy()
+    random.Random(3).shuffle(served)
+    for batch in range(0, 600, 50):  # the repository's own device: the fit settles where it is
+        online.observe(served[batch : batch + 50])
+        online.update()
+    probes = [r.features for r in served[600:900]]
+    before = [v.level for v in online.assess(probes)]
+    video = next(r for r in served[900:] if r.modality is Modality.VIDEO)
+    online.observe([replace(video, prefill_s=video.admission_s * 1000, encoder_s=0.0)])
+    update = online.update()
+    assert update is not None and not update.boundaries_moved
+    assert [v.level for v in online.assess(probes)] == before
+
+
+def test_the_setting_is_a_switch_or_its_fields() -> None:
+    assert OnlineOptions.from_setting(None).enabled and OnlineOptions.from_setting(True).enabled
+    assert not OnlineOptions.from_setting(False).enabled
+    assert OnlineOptions.from_setting({"interval_s": 2, "hysteresis": 0.1}).interval_s == 2
+    for bad in ({"interval": 2}, {"max_step": 1.0}, "yes"):
+        with pytest.raises(ValueError, match="cost_model_online"):
+            OnlineOptions.from_setting(bad)
