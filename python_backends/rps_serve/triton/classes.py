@@ -7,6 +7,8 @@ features with the same ONNX models: a heavier claim stands (a caller may volunte
 one is overruled. Through the ensemble both come from the same features and agree. `trust` takes the
 class as given, for deployments whose clients cannot reach the composing models or whose classifier
 `vllm_model` cannot reproduce. The engine's own entry (`extra_args["rps"]`) is never the caller's.
+With the online cost model (`cost.online`), `vllm_model`'s fit is newer than the ensemble's ONNX models,
+so under `verify` it decides every request's class, and hands it to the engine.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from rps_serve.cost import features as cols
 from rps_serve.cost.classifier import naive_level
-from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.cost.runtime import CostModelRunner
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
@@ -76,16 +78,22 @@ class ClassEstimator:
     ONNX models give for the features counted here, for the outputs and the metrics. (The engine counts
     tokens with vLLM's processor; the two counts agree for the models served here.)"""
 
-    def __init__(self, cost_model: OnnxCostModel | None, source: ClassSource = ClassSource.VERIFY) -> None:
+    def __init__(
+        self,
+        cost_model: CostModelRunner | None,
+        source: ClassSource = ClassSource.VERIFY,
+        online: bool = False,
+    ) -> None:
         self._model = cost_model
         self.source = source
+        self.online = online  # `cost_model` is refitted while it serves: its class is the newest
 
     def decide(self, supplied: ClassInfo | None, features: RequestFeatures) -> ClassInfo:
         """The class the engine gets: `supplied` per `source` (see the module docstring), else estimated."""
         if supplied is not None and self.source is ClassSource.TRUST:
             return supplied
         estimated = self.estimate(features)
-        if supplied is None:
+        if supplied is None or self.online:
             return estimated
         if supplied.num_classes == estimated.num_classes and supplied.level >= estimated.level:
             return supplied
@@ -103,4 +111,7 @@ class ClassEstimator:
         if self._model is None:
             return ClassInfo(naive_level(features.modality), len(Modality), math.nan, supplied=False)
         verdict = self._model.assess([features])[0]
-        return ClassInfo(verdict.level, self._model.num_classes, verdict.estimate.prefill_s, supplied=False)
+        # The engine classes with the repository's fit: an online fit's class is handed to it.
+        return ClassInfo(
+            verdict.level, self._model.num_classes, verdict.estimate.prefill_s, supplied=self.online
+        )

@@ -9,7 +9,9 @@ it as given (`trust`), see `triton.classes`; `front_end_workers`, the threads th
 requests' media (`triton.front_end`), and `front_end`: whether they take requests in class order and
 render them for the engine (`class`) or in arrival order, leaving the rendering to vLLM's own renderer
 (`vllm`); absent or null: `class` under the plug-in's policies, `vllm` under the stock baselines, each
-as it ships (set it to compare front ends under one policy).
+as it ships (set it to compare front ends under one policy); `cost_model_online`: whether `vllm_model`
+refits the cost model from the engine's observed prefill costs while it serves (`cost.online`):
+`false` (or absent) keeps the repository's fit, `true` or an object of `OnlineOptions` fields refits it.
 Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies.
 `RPS_MODEL`, `RPS_POLICY` and `RPS_FRONT_END` override the model, the policy and the front end
 (`rps-serve serve --model/--policy` sets the first two); `RPS_ENGINE_ARGS` and `RPS_SCHEDULER` (JSON)
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from rps_serve.cost.online import OnlineOptions
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
@@ -72,6 +75,8 @@ class ServingSettings:
     class_source: ClassSource = ClassSource.VERIFY
     front_end_workers: int = 2
     front_end: FrontEndMode | None = None  # None: the policy's own (`FrontEndMode.shipped`)
+    # Frozen unless asked: a benchmark's paired runs must class alike (`cost.online`).
+    cost_model_online: OnlineOptions = field(default_factory=lambda: OnlineOptions(enabled=False))
 
     @property
     def front_end_mode(self) -> FrontEndMode:
@@ -151,6 +156,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         class_source=class_source,
         front_end_workers=workers,
         front_end=None if front_end is None else FrontEndMode.parse(str(front_end)),
+        cost_model_online=OnlineOptions.from_setting(raw.get("cost_model_online", False)),
     )
 
 

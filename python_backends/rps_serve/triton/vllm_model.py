@@ -34,7 +34,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from vllm.exceptions import VLLMClientError
 
-from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.cost.online import OnlineCostModel
+from rps_serve.cost.runtime import CostModelRunner, OnnxCostModel
 from rps_serve.triton import protocol as p
 from rps_serve.triton.backend import (
     configure_logging,
@@ -49,6 +50,7 @@ from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import engine_stats_logger
 from rps_serve.triton.front_end import FrontEnd
 from rps_serve.triton.media import MediaLimits
+from rps_serve.triton.online_costs import CostModelMetrics, ObservedCostFeed, observing_costs
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_lag
@@ -125,8 +127,14 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException("vllm_model must be decoupled (model_transaction_policy)")
         settings = load_settings(Path(args["model_repository"]).parent)
         self.preprocessor = Preprocessor(PromptTokenCounter(settings.model), settings.media)
-        cost_model = OnnxCostModel.from_repository(settings.cost_model) if settings.cost_model else None
-        self.classes = ClassEstimator(cost_model, settings.class_source)
+        online = settings.cost_model is not None and settings.cost_model_online.enabled
+        cost_model: CostModelRunner | None = None
+        if settings.cost_model is not None and online:
+            cost_model = OnlineCostModel.from_repository(settings.cost_model, settings.cost_model_online)
+            settings = observing_costs(settings)
+        elif settings.cost_model is not None:
+            cost_model = OnnxCostModel.from_repository(settings.cost_model)
+        self.classes = ClassEstimator(cost_model, settings.class_source, online=online)
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
         self.max_pending = settings.max_pending_requests
         self.pending = 0  # requests between admission and their final response (loop thread only)
@@ -145,6 +153,12 @@ class TritonPythonModel:
             asyncio.run_coroutine_threadsafe(self.renderer.prepare(), self.loop).result()
         self.front_end = FrontEnd(settings.front_end_workers, class_ordered=class_ordered)
         self.inspector = ThreadPoolExecutor(1, thread_name_prefix="vllm-model-inspect")
+        self.cost_feed: ObservedCostFeed | None = None
+        self.cost_metrics: CostModelMetrics | None = None
+        if isinstance(cost_model, OnlineCostModel):
+            self.cost_metrics = CostModelMetrics(pb_utils, args["model_name"], cost_model.lines)
+            observed = Path(settings.rps["observed_costs"])
+            self.cost_feed = ObservedCostFeed(cost_model, observed, self.loop, self.cost_metrics.updated)
         self.lag_watch = (
             None
             if self.run_log is None
@@ -172,10 +186,14 @@ class TritonPythonModel:
             asyncio.run_coroutine_threadsafe(self._serve(request), self.loop).add_done_callback(log_failure)
 
     def finalize(self) -> None:
+        if self.cost_feed is not None:
+            self.cost_feed.close()
         self.front_end.close()
         self.inspector.shutdown(wait=False, cancel_futures=True)
         self.engine.shutdown()
         self.metrics.close()
+        if self.cost_metrics is not None:
+            self.cost_metrics.close()
         if self.lag_watch is not None:
             self.lag_watch.cancel()
         self.loop.call_soon_threadsafe(self.loop.stop)

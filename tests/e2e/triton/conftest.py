@@ -54,11 +54,12 @@ def start_server(
     model_files: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     spec: TinyModelSpec = SPEC,
+    settings: Mapping[str, object] | None = None,
 ) -> Iterator[Server]:
     """A server on a copy of the repository serving a tiny model of `spec`; `media` overrides
-    model.json's media limits, `max_pending_requests` its admission limit, `model_files` replaces
-    models' `1/model.py` (model name -> source), and `env` adds to the server's environment
-    (`RPS_POLICY`, say)."""
+    model.json's media limits, `max_pending_requests` its admission limit, `settings` its other
+    top-level keys, `model_files` replaces models' `1/model.py` (model name -> source), and `env` adds
+    to the server's environment (`RPS_POLICY`, say)."""
     work = tmp_path_factory.mktemp("triton")
     model = work / f"tiny-{spec.family.value}"
     build_tiny_model(model, spec)
@@ -66,11 +67,11 @@ def start_server(
     shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
     train_reference_cost_models(repository)
     settings_file = repository / SETTINGS_FILE
-    settings = json.loads(settings_file.read_text())
-    settings["media"] = {**settings["media"], **(media or {})}
+    written = {**json.loads(settings_file.read_text()), **(settings or {})}
+    written["media"] = {**written["media"], **(media or {})}
     if max_pending_requests is not None:
-        settings["max_pending_requests"] = max_pending_requests
-    settings_file.write_text(json.dumps(settings))
+        written["max_pending_requests"] = max_pending_requests
+    settings_file.write_text(json.dumps(written))
     for name, source in (model_files or {}).items():
         (repository / name / "1" / "model.py").write_text(source)
     configure_cpu_engine_environment(work / "vllm")

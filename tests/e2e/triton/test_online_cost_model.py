@@ -1,0 +1,63 @@
+"""The online cost model on a real server: started from the H100 reference fit, it refits from the tiny
+model's observed prefills while every request is answered, and the metrics endpoint shows it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rps_serve.cost.online import OnlineOptions
+from rps_serve.cost.runtime import REPORT_FILE
+from rps_serve.cost.training import fit_of_report
+from rps_serve.requests import Modality
+from tests.e2e.triton.conftest import VLLM_MODEL, Requests, Server, metrics, run, start_server
+
+ONLINE = OnlineOptions(interval_s=1.0, min_new_records=10, min_records=4, min_population=20)
+REQUESTS = 60
+
+
+@pytest.fixture(scope="module")
+def online_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    setting = {
+        "interval_s": ONLINE.interval_s,
+        "min_new_records": ONLINE.min_new_records,
+        "min_records": ONLINE.min_records,
+        "min_population": ONLINE.min_population,
+    }
+    with start_server(tmp_path_factory, settings={"cost_model_online": setting}) as running:
+        yield running
+
+
+def test_the_fit_follows_the_served_model_and_the_endpoint_shows_it(online_server: Server) -> None:
+    reference, _ = fit_of_report(json.loads((online_server.repository / REPORT_FILE).read_text()))
+    requests = Requests(seed=7)
+    load = [requests.make(list(Modality)[i % 3], max_tokens=2) for i in range(REQUESTS)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda g: run(online_server, "rps_ensemble", g), load))
+    assert [r.error for r in results] == [None] * REQUESTS
+
+    deadline = time.monotonic() + 60
+    while (now := metrics(online_server)).total("rps_cost_model_updates_total", model=VLLM_MODEL) < 1:
+        assert time.monotonic() < deadline, "no online update within a minute of the load"
+        time.sleep(1)
+    assert now.total("rps_cost_model_observed_total", model=VLLM_MODEL) >= ONLINE.min_new_records
+    for modality in Modality:
+        served = {
+            term: now.value("rps_cost_model_line", model=VLLM_MODEL, modality=modality.value, term=term)
+            for term in ("intercept", "slope")
+        }
+        assert None not in served.values(), (modality, served)
+        error = now.value("rps_cost_model_abs_error_seconds", model=VLLM_MODEL, modality=modality.value)
+        assert error is not None and error >= 0
+    lines_moved = [
+        now.value("rps_cost_model_line", model=VLLM_MODEL, modality=m.value, term="slope")
+        != reference[m].slope
+        for m in Modality
+    ]
+    assert any(lines_moved)  # the tiny model on a CPU is not LLaVA-7B on an H100
+    # And it serves on with the fit it learned.
+    assert run(online_server, VLLM_MODEL, requests.make(Modality.VIDEO, max_tokens=2)).error is None
