@@ -58,10 +58,10 @@ MIN_SECONDS = 1e-6  # a line's value below which the step bound is taken from th
 
 @dataclass(frozen=True)
 class OnlineOptions:
-    """model.json's `cost_model_online`: `false` freezes the repository's fit, `true` or an object of
-    these fields refits it."""
+    """model.json's `cost_model_online`: `false` (or absent) freezes the repository's fit, `true` or an
+    object of these fields refits it. Off unless asked: a benchmark's paired runs must class alike."""
 
-    enabled: bool = True
+    enabled: bool = False
     interval_s: float = 10.0  # how often the served records are read and the fit updated
     min_new_records: int = 20  # observed prefills since the last update before another
     window: int = 256  # latest records per modality the estimate is fitted on
@@ -74,20 +74,21 @@ class OnlineOptions:
 
     @classmethod
     def from_setting(cls, value: Any) -> OnlineOptions:
-        """From model.json: a boolean, an object of the fields above, or absent (None: the defaults)."""
-        if value is None or value is True:
+        """From model.json: a boolean, an object of the fields above (on unless it says `enabled:
+        false`), or absent (None: off)."""
+        if value is None or value is False:
             return cls()
-        if value is False:
-            return cls(enabled=False)
+        if value is True:
+            return cls(enabled=True)
         if not isinstance(value, Mapping):
             raise ValueError(f"cost_model_online must be true, false or an object, got {value!r}")
-        known = {f.name: f.type for f in fields(cls)}
-        unknown = set(value) - set(known)
+        known = {f.name for f in fields(cls)}
+        unknown = set(value) - known
         if unknown:
             raise ValueError(
                 f"cost_model_online: unknown keys {sorted(unknown)}; expected some of {sorted(known)}"
             )
-        options = cls(**value)
+        options = cls(**{"enabled": True, **value})
         if options.max_step <= 1 or not 0 <= options.hysteresis < 1 or options.interval_s <= 0:
             raise ValueError("cost_model_online: need max_step > 1, 0 <= hysteresis < 1 and interval_s > 0")
         return options
@@ -99,6 +100,7 @@ class CostModelUpdate:
 
     number: int
     observed: int  # observed prefills so far
+    new_records: int  # of them, those that came since the previous update
     lines_before: dict[Modality, PrefillLine]
     lines_after: dict[Modality, PrefillLine]
     abs_error_s: dict[Modality, float]  # mean |estimate - observed| of the new records, fit before
@@ -134,11 +136,12 @@ def bounded_line(old: PrefillLine, fitted: PrefillLine, tokens: np.ndarray, max_
         floor = max(old.seconds(x), MIN_SECONDS)
         return float(np.clip(fitted.seconds(x), floor / max_step, floor * max_step))
 
+    low_s = bounded(low)
     if high - low < 1:
-        ratio = bounded(low) / max(old.seconds(low), MIN_SECONDS)
+        ratio = low_s / max(old.seconds(low), MIN_SECONDS)
         return PrefillLine(old.intercept * ratio, old.slope * ratio)
-    slope = (bounded(high) - bounded(low)) / (high - low)
-    return PrefillLine(bounded(low) - slope * low, slope)
+    slope = (bounded(high) - low_s) / (high - low)
+    return PrefillLine(low_s - slope * low, slope)
 
 
 def robust_line(
@@ -147,8 +150,9 @@ def robust_line(
     """The modality's line fitted twice: the second time without the first fit's outliers."""
     line = estimator.fit_line(modality, tokens, seconds)
     residuals = seconds - line.seconds(tokens)
-    spread = MAD_TO_SIGMA * float(np.median(np.abs(residuals - np.median(residuals))))
-    keep = np.abs(residuals - np.median(residuals)) <= mads * spread
+    deviations = np.abs(residuals - np.median(residuals))
+    spread = MAD_TO_SIGMA * float(np.median(deviations))
+    keep = deviations <= mads * spread
     if spread == 0 or keep.all() or keep.sum() < 2:
         return line
     return estimator.fit_line(modality, tokens[keep], seconds[keep])
@@ -172,7 +176,7 @@ class OnlineCostModel(CostModelRunner):
         self._training = training  # the offline fit's settings, kept by every refit
         self._lines = dict(lines)
         self._classifier_onnx = classifier_onnx
-        self._served = self._runner(self._lines, classifier_onnx)
+        self._served = self._runner(ImpactEstimator.of_lines(lines, training.quantile), classifier_onnx)
         self.num_classes = self._served.num_classes
         self._records = {m: deque[ProfileRecord](maxlen=options.window) for m in Modality}
         self._population = deque[RequestFeatures](maxlen=options.population)
@@ -192,8 +196,8 @@ class OnlineCostModel(CostModelRunner):
     def lines(self) -> dict[Modality, PrefillLine]:
         return dict(self._lines)
 
-    def _runner(self, lines: Mapping[Modality, PrefillLine], classifier_onnx: bytes) -> OnnxCostModel:
-        estimator = ImpactEstimator.of_lines(lines, self._training.quantile)
+    @staticmethod
+    def _runner(estimator: ImpactEstimator, classifier_onnx: bytes) -> OnnxCostModel:
         return OnnxCostModel(estimator_to_onnx(estimator).SerializeToString(), classifier_onnx)
 
     def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
@@ -223,10 +227,18 @@ class OnlineCostModel(CostModelRunner):
         estimator = ImpactEstimator.of_lines(lines, self._training.quantile)
         reclassed, moved, centroids = self._refit_boundaries(estimator, served)
         self._lines = lines
-        self._served = self._runner(lines, self._classifier_onnx)
+        self._served = self._runner(estimator, self._classifier_onnx)
         self.updates += 1
         update = CostModelUpdate(
-            self.updates, self.observed, dict(before), dict(lines), error, reclassed, moved, centroids
+            self.updates,
+            self.observed,
+            len(new),
+            dict(before),
+            dict(lines),
+            error,
+            reclassed,
+            moved,
+            centroids,
         )
         logger.info("%s", update.describe())
         return update

@@ -21,13 +21,14 @@ import asyncio
 import logging
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rps_serve.cost.online import CostModelUpdate, OnlineCostModel
 from rps_serve.profiles.records import ProfileRecord
+from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.triton.settings import ServingSettings
 
@@ -38,7 +39,7 @@ class CostModelMetrics:
     """The online fit on Triton's metrics endpoint; `pb_utils` is the Python backend's utility module.
     Call it on the thread that calls Triton (the loop's)."""
 
-    def __init__(self, pb_utils: Any, model: str, lines: dict[Modality, Any]) -> None:
+    def __init__(self, pb_utils: Any, model: str, lines: Mapping[Modality, PrefillLine]) -> None:
         family = pb_utils.MetricFamily
         self._families: list[Any] = []
 
@@ -48,11 +49,9 @@ class CostModelMetrics:
             return created
 
         counter, gauge = family.COUNTER, family.GAUGE
-        self._updates = metric("rps_cost_model_updates_total", "Online cost-model updates", counter)
-        self._observed = metric("rps_cost_model_observed_total", "Prefill costs observed", counter)
-        self._moved = metric(
-            "rps_class_boundary_updates_total", "Updates that moved the class boundaries", counter
-        )
+        updates = metric("rps_cost_model_updates_total", "Online cost-model updates", counter)
+        observed = metric("rps_cost_model_observed_total", "Prefill costs observed", counter)
+        moved = metric("rps_class_boundary_updates_total", "Updates that moved the class boundaries", counter)
         line = metric("rps_cost_model_line", "The fit in service: intercept s, slope s per token", gauge)
         error = metric(
             "rps_cost_model_abs_error_seconds", "Mean |estimate - observed| since the last update", gauge
@@ -62,11 +61,7 @@ class CostModelMetrics:
         )
         self._counters = {
             name: created.Metric(labels={"model": model})
-            for name, created in (
-                ("updates", self._updates),
-                ("observed", self._observed),
-                ("moved", self._moved),
-            )
+            for name, created in (("updates", updates), ("observed", observed), ("moved", moved))
         }
         self._line = {
             (m, term): line.Metric(labels={"model": model, "modality": m.value, "term": term})
@@ -83,14 +78,14 @@ class CostModelMetrics:
         }
         self._show_lines(lines)
 
-    def _show_lines(self, lines: dict[Modality, Any]) -> None:
+    def _show_lines(self, lines: Mapping[Modality, PrefillLine]) -> None:
         for m, fitted in lines.items():
             self._line[m, "intercept"].set(fitted.intercept)
             self._line[m, "slope"].set(fitted.slope)
 
-    def updated(self, update: CostModelUpdate, observed: int) -> None:
+    def updated(self, update: CostModelUpdate) -> None:
         self._counters["updates"].increment(1)
-        self._counters["observed"].increment(observed)
+        self._counters["observed"].increment(update.new_records)
         if update.boundaries_moved:
             self._counters["moved"].increment(1)
         self._show_lines(update.lines_after)
@@ -128,11 +123,10 @@ class ObservedCostFeed:
         model: OnlineCostModel,
         path: Path,
         loop: asyncio.AbstractEventLoop,
-        report: Callable[[CostModelUpdate, int], None],
+        report: Callable[[CostModelUpdate], None],
     ) -> None:
         self._model, self._path, self._loop, self._report = model, path, loop, report
         self._offset = 0  # bytes of the file read so far
-        self._reported = 0  # observed prefills counted on the metrics endpoint so far
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vllm-model-cost-model", daemon=True)
         self._thread.start()
@@ -149,8 +143,7 @@ class ObservedCostFeed:
         self._model.observe(records)
         update = self._model.update()
         if update is not None:
-            self._loop.call_soon_threadsafe(self._report, update, update.observed - self._reported)
-            self._reported = update.observed
+            self._loop.call_soon_threadsafe(self._report, update)
         return update
 
     def _new_records(self) -> list[ProfileRecord]:

@@ -75,8 +75,7 @@ class ServingSettings:
     class_source: ClassSource = ClassSource.VERIFY
     front_end_workers: int = 2
     front_end: FrontEndMode | None = None  # None: the policy's own (`FrontEndMode.shipped`)
-    # Frozen unless asked: a benchmark's paired runs must class alike (`cost.online`).
-    cost_model_online: OnlineOptions = field(default_factory=lambda: OnlineOptions(enabled=False))
+    cost_model_online: OnlineOptions = field(default_factory=OnlineOptions)
 
     @property
     def front_end_mode(self) -> FrontEndMode:
@@ -156,7 +155,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         class_source=class_source,
         front_end_workers=workers,
         front_end=None if front_end is None else FrontEndMode.parse(str(front_end)),
-        cost_model_online=OnlineOptions.from_setting(raw.get("cost_model_online", False)),
+        cost_model_online=OnlineOptions.from_setting(raw.get("cost_model_online")),
     )
 
 

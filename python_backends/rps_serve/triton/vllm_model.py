@@ -127,13 +127,13 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException("vllm_model must be decoupled (model_transaction_policy)")
         settings = load_settings(Path(args["model_repository"]).parent)
         self.preprocessor = Preprocessor(PromptTokenCounter(settings.model), settings.media)
-        online = settings.cost_model is not None and settings.cost_model_online.enabled
         cost_model: CostModelRunner | None = None
-        if settings.cost_model is not None and online:
+        if settings.cost_model is not None and settings.cost_model_online.enabled:
             cost_model = OnlineCostModel.from_repository(settings.cost_model, settings.cost_model_online)
             settings = observing_costs(settings)
         elif settings.cost_model is not None:
             cost_model = OnnxCostModel.from_repository(settings.cost_model)
+        online = isinstance(cost_model, OnlineCostModel)
         self.classes = ClassEstimator(cost_model, settings.class_source, online=online)
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
         self.max_pending = settings.max_pending_requests

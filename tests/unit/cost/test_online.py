@@ -100,9 +100,10 @@ def test_one_outlier_cannot_move_a_class_boundary(
 
 
 def test_the_setting_is_a_switch_or_its_fields() -> None:
-    assert OnlineOptions.from_setting(None).enabled and OnlineOptions.from_setting(True).enabled
-    assert not OnlineOptions.from_setting(False).enabled
-    assert OnlineOptions.from_setting({"interval_s": 2, "hysteresis": 0.1}).interval_s == 2
+    assert OnlineOptions.from_setting(True).enabled and not OnlineOptions.from_setting(False).enabled
+    assert not OnlineOptions.from_setting(None).enabled  # absent: the repository's fit, as shipped
+    tuned = OnlineOptions.from_setting({"interval_s": 2, "hysteresis": 0.1})
+    assert tuned.enabled and tuned.interval_s == 2
     for bad in ({"interval": 2}, {"max_step": 1.0}, "yes"):
         with pytest.raises(ValueError, match="cost_model_online"):
             OnlineOptions.from_setting(bad)
