@@ -1,5 +1,5 @@
 """`rps-serve classify`: estimate and classify requests with the ONNX cost model of a repository, or
-with the one a running server classifies with now."""
+as a running server's `vllm_model` would class them now (with the online fit, where it refits)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from rps_serve.cost.runtime import CostModelRunner, OnnxCostModel
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
+from rps_serve.triton.client import ServedClasses
 
 
 def add_parser(commands: Any) -> None:
@@ -16,7 +17,7 @@ def add_parser(commands: Any) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--repository", type=Path, metavar="DIR", help="where `train` wrote the models")
     where.add_argument(
-        "--url", metavar="HOST:PORT", help="a running server's HTTP endpoint: how it would class them now"
+        "--url", metavar="HOST:PORT", help="a running server's gRPC endpoint: how it would class them now"
     )
     parser.add_argument(
         "requests", nargs="+", type=_request, metavar="MODALITY:PROMPT_TOKENS[:MODALITY_TOKENS]"
@@ -37,13 +38,8 @@ def _request(spec: str) -> RequestFeatures:
 
 
 def run(args: argparse.Namespace) -> int:
-    model: CostModelRunner
-    if args.url:
-        from rps_serve.triton.client import ServedCostModel
-
-        model = ServedCostModel(args.url)
-    else:
-        model = OnnxCostModel.from_repository(args.repository)
+    model: CostModelRunner | ServedClasses
+    model = ServedClasses(args.url) if args.url else OnnxCostModel.from_repository(args.repository)
     print(f"{'request':<20} {'prefill ms':>10} {'KV tokens':>10}  class")
     for request, verdict in zip(args.requests, model.assess(args.requests), strict=True):
         name = RequestClass.for_level(verdict.level, model.num_classes).label

@@ -15,8 +15,9 @@ from itertools import count
 
 import numpy as np
 
-from rps_serve.loadtest.replay import ENSEMBLE, Replayed, drain_allowance_s, generation
+from rps_serve.loadtest.replay import Replayed, drain_allowance_s, generation
 from rps_serve.metrics import RequestRecords
+from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
@@ -54,7 +55,7 @@ def measure_capacity(
     requests: Iterator[Generation],
     duration_s: float,
     concurrency: int = 16,
-    model: str = ENSEMBLE,
+    model: str = p.ENSEMBLE,
 ) -> Capacity:
     """Completed requests per second over `duration_s` with `concurrency` requests always in flight.
 

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from rps_serve.comparison import HEADLINE_METRICS, Ratio, ratio_rows, steady
-from rps_serve.cost.runtime import aging_time_scale
+from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale
+from rps_serve.cost.training import fit_of_report
 from rps_serve.loadtest.capacity import (
     Capacity,
     OpenLoopCapacity,
@@ -44,6 +45,7 @@ from rps_serve.loadtest.load import BenchConfig, BenchRun, run_bench
 from rps_serve.loadtest.placement import Placement, process_usage, usage_during
 from rps_serve.loadtest.replay import Replayed, build_requests, replay
 from rps_serve.loadtest.run_analysis import STAGES, pooled, summarize
+from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
@@ -114,6 +116,7 @@ class PolicyRun:
     bench: BenchRun
     analysis: dict[str, Any]
     processes: list[dict[str, Any]]
+    fit: ServedFit | None  # the online cost model at the run's end; None where it is off
 
 
 @dataclass
@@ -219,9 +222,10 @@ def _runs_on_one_server(
             before = process_usage(endpoints.pid)
             bench = run_bench(_bench_config(config, endpoints, policy, rate, config.seed + repeat))
             processes = usage_during(before, process_usage(endpoints.pid))
+            fit = ServedFit.of(scrape(endpoints.metrics_url))
             window = bench.records.arrival_s[bench.records.steady_state()]
             start, end = bench.clock_origin_s + window.min(), bench.clock_origin_s + window.max()
-            runs.append(PolicyRun(bench, summarize(run_log, start, end), processes))
+            runs.append(PolicyRun(bench, summarize(run_log, start, end), processes, fit))
     return runs
 
 
@@ -368,6 +372,34 @@ def target_lines(load: LoadRuns, repository: Path) -> list[str]:
     return lines
 
 
+def fit_lines(load: LoadRuns, repository: Path) -> list[str]:
+    """The cost model each policy served, and how the online refit moved it where it ran (the stock
+    baselines observe nothing: they serve the repository's fit as it is)."""
+    report = json.loads((repository / REPORT_FILE).read_text())
+    trained, _ = fit_of_report(report)
+    lines = [
+        f"cost model: the repository's, trained on {report['source']} ({report['records']} records); "
+        f"aging clock {aging_time_scale(repository):.2f}x the paper's"
+    ]
+    for policy, runs in load.runs.items():
+        fits = [run.fit for run in runs if run.fit is not None]
+        if not fits:
+            continue
+        last = fits[-1]
+        moved = ", ".join(
+            f"{m.value} {trained[m].slope * 1e3:.3g} -> {last.lines[m].slope * 1e3:.3g} ms/token"
+            for m in Modality
+        )
+        lines.append(
+            f"{policy}: refitted online, {sum(f.updates for f in fits)} updates over {len(fits)} server(s) "
+            f"from {sum(f.observed for f in fits)} observed prefills, boundaries moved "
+            f"{sum(f.boundary_updates for f in fits)} times; at the last run's end: {moved}"
+        )
+    if len(lines) == 1:
+        lines.append("online refit off (model.json cost_model_online): every run served that fit unchanged")
+    return lines
+
+
 def starvation_check(
     records: RequestRecords, time_scale: float, hold_s: float = 0.0
 ) -> dict[str, dict[str, float]]:
@@ -476,6 +508,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
                 "results": results,
                 f"{CANDIDATE}_ratios": ratios,
                 "targets": target_lines(load, config.repository),
+                "cost_model": fit_lines(load, config.repository),
             }
         )
     return {
@@ -513,6 +546,7 @@ def _run_summary(run: PolicyRun) -> dict[str, Any]:
         "run_log": run.analysis["run_log"],
         "steady_window_monotonic_s": run.analysis["window"],
         "processes": run.processes,
+        "served_fit": None if run.fit is None else run.fit.as_json(),
     }
 
 

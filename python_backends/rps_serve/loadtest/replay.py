@@ -12,6 +12,7 @@ import numpy as np
 
 from rps_serve.metrics import RequestRecords, concatenate_records
 from rps_serve.requests import RequestClass
+from rps_serve.triton import protocol as p
 from rps_serve.triton.client import (
     Generation,
     StreamClient,
@@ -27,7 +28,6 @@ from rps_serve.workload.trace import Trace
 
 logger = logging.getLogger(__name__)
 
-ENSEMBLE = "rps_ensemble"
 _KINDS = list(RequestKind)
 # Deadlines (see `drain_allowance_s`): slack over serving everything one at a time, and per request what
 # a slow CPU needs when its isolated time was not measured.
@@ -81,7 +81,7 @@ def replay(
     url: str,
     trace: Trace,
     requests: list[Generation],
-    model: str = ENSEMBLE,
+    model: str = p.ENSEMBLE,
     drain_s: float | None = None,
     progress: bool = False,
 ) -> Replayed:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
+
+from rps_serve.profiles.reference import PrefillLine
+from rps_serve.requests import Modality
+from rps_serve.triton import protocol as p
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,43 @@ def scrape(metrics_url: str, timeout_s: float = 10.0) -> MetricsSnapshot:
             for sample in family.samples
         }
     )
+
+
+@dataclass(frozen=True)
+class ServedFit:
+    """The online cost model as a server's metrics show it (`triton.online_costs`)."""
+
+    updates: int
+    observed: int  # prefill costs observed
+    boundary_updates: int  # updates that moved the class boundaries
+    lines: dict[Modality, PrefillLine]  # the fit in service
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "updates": self.updates,
+            "observed": self.observed,
+            "boundary_updates": self.boundary_updates,
+            "lines": {m.value: asdict(line) for m, line in self.lines.items()},
+        }
+
+    @classmethod
+    def of(cls, snapshot: MetricsSnapshot, model: str = p.VLLM_MODEL) -> ServedFit | None:
+        """None where `model` does not refit its cost model online (it shows no fit)."""
+        lines = {}
+        for modality in Modality:
+            intercept, slope = (
+                snapshot.value("rps_cost_model_line", model=model, modality=modality.value, term=term)
+                for term in ("intercept", "slope")
+            )
+            if intercept is None or slope is None:
+                return None
+            lines[modality] = PrefillLine(intercept, slope)
+        return cls(
+            updates=int(snapshot.total("rps_cost_model_updates_total", model=model)),
+            observed=int(snapshot.total("rps_cost_model_observed_total", model=model)),
+            boundary_updates=int(snapshot.total("rps_class_boundary_updates_total", model=model)),
+            lines=lines,
+        )
 
 
 def server_process(grpc_port: int) -> psutil.Process:

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
-from rps_serve.loadtest.replay import ENSEMBLE
 from rps_serve.loadtest.server_stats import (
     MetricsSnapshot,
     backend_shm_bytes,
@@ -40,7 +39,6 @@ from rps_serve.workload.request_format import RequestFormat
 
 logger = logging.getLogger(__name__)
 
-VLLM_MODEL = "vllm_model"
 MAX_RSS_GROWTH = 0.10
 # The demo's request sizes: long texts of up to ~1.8K tokens, answers of 4-32 tokens.
 SOAK_CONTENT = ContentLimits(max_text_tokens=2048, min_output_tokens=4, max_output_tokens=32)
@@ -152,8 +150,8 @@ class _Sampler:
         while not self._stop.wait(self.period_s):
             self.rss_by_process()
             metrics = scrape(self.endpoints.metrics_url)
-            self.kv_peak = max(self.kv_peak, metrics.total("rps_kv_cache_usage", model=VLLM_MODEL))
-            self.queue_peak = max(self.queue_peak, metrics.total("rps_queue_depth", model=VLLM_MODEL))
+            self.kv_peak = max(self.kv_peak, metrics.total("rps_kv_cache_usage", model=p.VLLM_MODEL))
+            self.queue_peak = max(self.queue_peak, metrics.total("rps_queue_depth", model=p.VLLM_MODEL))
 
     def __enter__(self) -> _Sampler:
         self._thread.start()
@@ -165,7 +163,7 @@ class _Sampler:
 
 
 def run_soak(
-    endpoints: Endpoints, served: RequestFormat, config: SoakConfig, model: str = ENSEMBLE
+    endpoints: Endpoints, served: RequestFormat, config: SoakConfig, model: str = p.ENSEMBLE
 ) -> SoakReport:
     """Measure (or take) the sustainable rate, then run the load-and-drain cycles at `rate_factor` x it."""
     if config.rate is None:
@@ -185,7 +183,7 @@ def run_soak(
         config.cycles,
         config.cycle_s,
     )
-    kv_before = scrape(endpoints.metrics_url).total("rps_kv_cache_usage", model=VLLM_MODEL)
+    kv_before = scrape(endpoints.metrics_url).total("rps_kv_cache_usage", model=p.VLLM_MODEL)
     arrivals = np.cumsum(
         np.random.default_rng(config.seed).exponential(1.0 / offered, int(offered * config.cycle_s) + 1)
     )
@@ -245,9 +243,9 @@ def _run_cycle(
         rss_drained_by_process=rss,
         shm_drained_by_stub=backend_shm_bytes(sampler.process),
         kv_usage_peak=sampler.kv_peak,
-        kv_usage_after_drain=metrics.total("rps_kv_cache_usage", model=VLLM_MODEL),
+        kv_usage_after_drain=metrics.total("rps_kv_cache_usage", model=p.VLLM_MODEL),
         queue_depth_peak=sampler.queue_peak,
-        queue_depth_after_drain=metrics.total("rps_queue_depth", model=VLLM_MODEL),
+        queue_depth_after_drain=metrics.total("rps_queue_depth", model=p.VLLM_MODEL),
         pending_after_drain=metrics.total("nv_inference_pending_request_count"),
         drain_s=drain_s,
         error_examples=sorted(set(errors))[:5],
@@ -273,8 +271,8 @@ def _drained(endpoints: Endpoints, timeout_s: float) -> MetricsSnapshot:
     while True:
         metrics = scrape(endpoints.metrics_url)
         idle = (
-            metrics.total("rps_queue_depth", model=VLLM_MODEL) == 0
-            and metrics.total("rps_kv_cache_usage", model=VLLM_MODEL) == 0
+            metrics.total("rps_queue_depth", model=p.VLLM_MODEL) == 0
+            and metrics.total("rps_kv_cache_usage", model=p.VLLM_MODEL) == 0
             and metrics.total("nv_inference_pending_request_count") == 0
         )
         if idle or time.monotonic() > deadline:

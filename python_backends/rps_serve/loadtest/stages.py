@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from rps_serve.loadtest.server_stats import MetricsSnapshot
 from rps_serve.requests import RequestClass
+from rps_serve.triton import protocol as p
 
-VLLM_MODEL = "vllm_model"
 _STAGES = {
     "front_end_queue_s": "rps_front_end_queue_seconds_total",
     "front_end_work_s": "rps_front_end_work_seconds_total",
@@ -20,7 +20,7 @@ def stage_breakdown(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str
     """Per class: requests, and mean seconds per request of each stage (None for a class without any)."""
     breakdown: dict[str, dict[str, float | None]] = {}
     for cls in RequestClass:
-        labels = {"model": VLLM_MODEL, "rps_class": cls.label}
+        labels = {"model": p.VLLM_MODEL, "rps_class": cls.label}
 
         def delta(name: str, labels: dict[str, str] = labels) -> float:
             return after.total(name, **labels) - before.total(name, **labels)

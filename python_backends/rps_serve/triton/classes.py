@@ -16,13 +16,14 @@ from __future__ import annotations
 import enum
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rps_serve.cost import features as cols
 from rps_serve.cost.classifier import naive_level
-from rps_serve.cost.runtime import CostModelRunner
-from rps_serve.requests import Modality, RequestClass, RequestFeatures
+from rps_serve.cost.runtime import Assessment, CostModelRunner
+from rps_serve.requests import CostEstimate, Modality, RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 
@@ -107,11 +108,21 @@ class ClassEstimator:
         # Supplied, so that the engine gets it rather than re-estimating on its own token count.
         return replace(estimated, supplied=True)
 
-    def estimate(self, features: RequestFeatures) -> ClassInfo:
+    @property
+    def num_classes(self) -> int:
+        return len(Modality) if self._model is None else self._model.num_classes
+
+    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
+        """How this model would class `requests` now (what `rps-serve classify --url` asks). Without a
+        cost model the class is the modality's, the prefill seconds unknown and the KV tokens the
+        prompt's."""
         if self._model is None:
-            return ClassInfo(naive_level(features.modality), len(Modality), math.nan, supplied=False)
-        verdict = self._model.assess([features])[0]
+            return [
+                Assessment(CostEstimate(math.nan, r.prompt_tokens), naive_level(r.modality)) for r in requests
+            ]
+        return self._model.assess(requests)
+
+    def estimate(self, features: RequestFeatures) -> ClassInfo:
+        verdict = self.assess([features])[0]
         # The engine classes with the repository's fit: an online fit's class is handed to it.
-        return ClassInfo(
-            verdict.level, self._model.num_classes, verdict.estimate.prefill_s, supplied=self.online
-        )
+        return ClassInfo(verdict.level, self.num_classes, verdict.estimate.prefill_s, supplied=self.online)

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from rps_serve.cost import features as cols
-from rps_serve.cost.onnx_export import COST_TENSOR, DISTANCES_OUTPUT, FEATURES_INPUT, LEVEL_OUTPUT
-from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, CostModelRunner
+from rps_serve.cost.runtime import Assessment
+from rps_serve.requests import CostEstimate, Modality, RequestFeatures
 from rps_serve.triton import protocol as p
 
 
@@ -164,13 +164,18 @@ class StreamClient:
         if text is not None:
             if entry.first_response_s is None:
                 entry.first_response_s = now
-                for output in response.outputs:
-                    entry.outputs[output.name] = result.as_numpy(output.name)
+                entry.outputs.update(self._outputs(result))
             entry.chunks.extend(t.decode("utf-8", "replace") for t in text.reshape(-1))
+        elif not entry.outputs:  # a response without text: an assessment's (`protocol.ASSESS`)
+            entry.outputs.update(self._outputs(result))
         final = response.parameters.get("triton_final_response")
         if final is not None and final.bool_param:
             entry.done_s = now
             self._done[request_id].set()
+
+    @staticmethod
+    def _outputs(result: Any) -> dict[str, Any]:
+        return {output.name: result.as_numpy(output.name) for output in result.get_response().outputs}
 
     def _on_error(self, message: str, now: float) -> None:
         request_id = p.attributed_request(message)
@@ -243,27 +248,36 @@ class StreamClient:
         self.client.close()
 
 
-class ServedCostModel(CostModelRunner):
-    """The cost models a running server classifies with now (its `impact_estimator` and
-    `request_classifier`), asked over HTTP at `url` (HOST:PORT)."""
+_ASSESSED = (p.ASSESSED_LEVEL, p.ASSESSED_PREFILL_S, p.ASSESSED_KV_TOKENS, p.NUM_CLASSES)
 
-    def __init__(self, url: str) -> None:
-        import tritonclient.http as httpclient
 
-        self._module = httpclient
-        self._client = httpclient.InferenceServerClient(url)
-        probe = np.zeros((1, cols.NUM_COST_COLUMNS), dtype=np.float32)
-        self.num_classes = int(self._infer(CLASSIFIER_MODEL, COST_TENSOR, probe, DISTANCES_OUTPUT).shape[1])
+class ServedClasses:
+    """How a running server's `vllm_model` would class requests now, asked over gRPC at `url`
+    (HOST:PORT): with the fit it serves, the online one if it refits (`protocol.ASSESS`)."""
 
-    def _infer(self, model: str, input_name: str, value: np.ndarray, output: str) -> np.ndarray:
-        outputs = [self._module.InferRequestedOutput(output)]
-        result = self._client.infer(model, infer_inputs(self._module, {input_name: value}), outputs=outputs)
-        array: np.ndarray = result.as_numpy(output)
-        return array
+    def __init__(self, url: str, model: str = p.VLLM_MODEL) -> None:
+        self._url, self._model = url, model
+        self.num_classes = int(self._ask([RequestFeatures(Modality.TEXT, 1)])[p.NUM_CLASSES][0])
 
-    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
-        features = feature_matrix.astype(np.float32, copy=False)
-        return self._infer(ESTIMATOR_MODEL, FEATURES_INPUT, features, COST_TENSOR)
+    def _ask(self, requests: Sequence[RequestFeatures]) -> dict[str, np.ndarray]:
+        client = StreamClient(self._url)
+        try:
+            client.submit(self._model, "assess", {p.ASSESS: cols.feature_matrix(requests)}, _ASSESSED)
+            result = client.wait("assess", timeout_s=60)
+        finally:
+            client.close()
+        if result.error is not None:
+            raise RuntimeError(result.error)
+        return result.outputs
 
-    def classify(self, cost: np.ndarray) -> np.ndarray:
-        return self._infer(CLASSIFIER_MODEL, COST_TENSOR, cost.astype(np.float32, copy=False), LEVEL_OUTPUT)
+    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
+        outputs = self._ask(requests)
+        return [
+            Assessment(CostEstimate(float(prefill_s), int(kv_tokens)), int(level))
+            for level, prefill_s, kv_tokens in zip(
+                outputs[p.ASSESSED_LEVEL],
+                outputs[p.ASSESSED_PREFILL_S],
+                outputs[p.ASSESSED_KV_TOKENS],
+                strict=True,
+            )
+        ]

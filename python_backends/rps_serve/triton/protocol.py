@@ -16,6 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.cost import features as cols
+from rps_serve.requests import Modality, RequestFeatures
+
+# The repository's models that clients call
+ENSEMBLE = "rps_ensemble"
+VLLM_MODEL = "vllm_model"
+
 TEXT_INPUT = "text_input"
 IMAGE = "image"
 VIDEO = "video"
@@ -31,6 +38,16 @@ FEATURES = "features"
 CLASS_LEVEL = "rps_class_level"  # int64 [1]
 CLASS_DISTANCES = "rps_class_distances"  # float32 [1, k]: its width is the number of classes
 COST = "rps_cost"  # float32 [1, 3]: the Impact Estimator's output
+
+# A vllm_model request carrying `rps_assess` (float32 [n, 3], the cost model's feature rows: modality
+# index, prompt tokens, modality tokens) is answered at once with how the model would class each row
+# now, and generates nothing: what `rps-serve classify --url` asks.
+ASSESS = "rps_assess"
+ASSESSED_LEVEL = "rps_assessed_level"  # int64 [n]
+ASSESSED_PREFILL_S = "rps_assessed_prefill_s"  # float32 [n]
+ASSESSED_KV_TOKENS = "rps_assessed_kv_tokens"  # int64 [n]
+NUM_CLASSES = "rps_num_classes"  # int64 [1]
+MAX_ASSESSED = 4096  # rows in one assessment
 
 # vllm_model / ensemble outputs
 TEXT_OUTPUT = "text_output"
@@ -153,3 +170,22 @@ def parse_request(get: TensorGetter) -> GenerateRequest:
         sampling_parameters=parse_sampling_parameters(_one_string(get, SAMPLING_PARAMETERS)),
         exclude_input_in_output=_flag(get, EXCLUDE_INPUT_IN_OUTPUT, default=False),
     )
+
+
+def parse_assessment(matrix: np.ndarray) -> list[RequestFeatures]:
+    """The requests an `ASSESS` tensor describes; raises `BadRequest` with a message for the client."""
+    if matrix.ndim != 2 or matrix.shape[1] != cols.NUM_FEATURES or not 0 < len(matrix) <= MAX_ASSESSED:
+        shape = list(matrix.shape)
+        raise BadRequest(f"'{ASSESS}' must be [n, {cols.NUM_FEATURES}], 0 < n <= {MAX_ASSESSED}; got {shape}")
+    if not np.isfinite(matrix).all() or (matrix != np.round(matrix)).any():
+        raise BadRequest(f"'{ASSESS}' must hold whole numbers")
+    modalities = matrix[:, cols.MODALITY]
+    if ((modalities < 0) | (modalities >= len(Modality))).any():
+        raise BadRequest(f"'{ASSESS}': a modality index is outside 0..{len(Modality) - 1}")
+    try:
+        return [
+            RequestFeatures(Modality.from_index(modality), prompt_tokens, modality_tokens)
+            for modality, prompt_tokens, modality_tokens in matrix.astype(int).tolist()
+        ]
+    except ValueError as error:  # negative token counts, or more modality tokens than prompt tokens
+        raise BadRequest(f"'{ASSESS}': {error}") from None

@@ -210,6 +210,9 @@ class TritonPythonModel:
         """
         sender = request.get_response_sender()
         client_id = request.request_id()
+        if (assessment := tensor_getter(pb_utils, request)(p.ASSESS)) is not None:
+            self._assess(assessment, request, sender)
+            return
         if self.max_pending is not None and self.pending >= self.max_pending:
             self.metrics.rejected()
             message = (
@@ -228,6 +231,28 @@ class TritonPythonModel:
             sender.send(error_response(pb_utils, client_id, f"vllm_model failed: {error}"), flags=FINAL)
         finally:
             self.pending -= 1
+
+    def _assess(self, matrix: np.ndarray, request: Any, sender: Any) -> None:
+        """Answer an assessment (`protocol.ASSESS`): how this model would class each row now, with the
+        fit in service (the online one, if on); nothing is generated, whatever the load."""
+        try:
+            verdicts = self.classes.assess(p.parse_assessment(matrix))
+        except p.BadRequest as error:
+            response = error_response(pb_utils, request.request_id(), str(error), code="INVALID_ARG")
+            sender.send(response, flags=FINAL)
+            return
+        levels = np.array([v.level for v in verdicts], dtype=np.int64)
+        prefill_s = np.array([v.estimate.prefill_s for v in verdicts], dtype=np.float32)
+        kv_tokens = np.array([v.estimate.memory_tokens for v in verdicts], dtype=np.int64)
+        outputs: dict[str, Callable[[], np.ndarray | str]] = {
+            p.ASSESSED_LEVEL: lambda: levels,
+            p.ASSESSED_PREFILL_S: lambda: prefill_s,
+            p.ASSESSED_KV_TOKENS: lambda: kv_tokens,
+            p.NUM_CLASSES: lambda: np.array([self.classes.num_classes], dtype=np.int64),
+        }
+        wanted = frozenset(request.requested_output_names())
+        response = pb_utils.InferenceResponse(output_tensors=requested_outputs(pb_utils, wanted, outputs))
+        sender.send(response, flags=FINAL)
 
     async def _generate(self, request: Any, sender: Any) -> None:
         arrival, arrival_wall = time.monotonic(), time.time()

@@ -20,7 +20,7 @@ import pytest
 
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.loadtest.server_stats import MetricsSnapshot, scrape
-from rps_serve.requests import Modality
+from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_image, encode_video
@@ -118,7 +118,13 @@ def requests() -> Requests:
     return Requests()
 
 
-ENSEMBLE, VLLM_MODEL = "rps_ensemble", "vllm_model"
+ENSEMBLE, VLLM_MODEL = p.ENSEMBLE, p.VLLM_MODEL
+# Requests to ask a server how it would class them: texts, images and videos of several sizes.
+PROBES = [RequestFeatures(Modality.TEXT, tokens, 0) for tokens in (20, 500, 4000)] + [
+    RequestFeatures(modality, 40 + visual, visual)
+    for modality in (Modality.IMAGE, Modality.VIDEO)
+    for visual in (64, 1500, 6000)
+]
 MODELS = [ENSEMBLE, VLLM_MODEL]
 
 

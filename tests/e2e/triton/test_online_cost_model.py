@@ -1,5 +1,6 @@
 """The online cost model on a real server: started from the H100 reference fit, it refits from the tiny
-model's observed prefills while every request is answered, and the metrics endpoint shows it."""
+model's observed prefills while every request is answered, the metrics endpoint shows it, and
+`rps-serve classify --url` answers with it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 from rps_serve.cost.online import OnlineOptions
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
+from rps_serve.loadtest.server_stats import ServedFit
 from rps_serve.requests import Modality
-from tests.e2e.triton.conftest import VLLM_MODEL, Requests, Server, metrics, run, start_server
+from rps_serve.triton.client import ServedClasses
+from tests.e2e.triton.conftest import PROBES, VLLM_MODEL, Requests, Server, metrics, run, start_server
 
 ONLINE = OnlineOptions(interval_s=1.0, min_new_records=10, min_records=4, min_population=20)
 REQUESTS = 60
@@ -44,20 +47,18 @@ def test_the_fit_follows_the_served_model_and_the_endpoint_shows_it(online_serve
     while (now := metrics(online_server)).total("rps_cost_model_updates_total", model=VLLM_MODEL) < 1:
         assert time.monotonic() < deadline, "no online update within a minute of the load"
         time.sleep(1)
-    assert now.total("rps_cost_model_observed_total", model=VLLM_MODEL) >= ONLINE.min_new_records
+    fit = ServedFit.of(now)
+    assert fit is not None and fit.updates >= 1 and fit.observed >= ONLINE.min_new_records
     for modality in Modality:
-        served = {
-            term: now.value("rps_cost_model_line", model=VLLM_MODEL, modality=modality.value, term=term)
-            for term in ("intercept", "slope")
-        }
-        assert None not in served.values(), (modality, served)
         error = now.value("rps_cost_model_abs_error_seconds", model=VLLM_MODEL, modality=modality.value)
         assert error is not None and error >= 0
-    lines_moved = [
-        now.value("rps_cost_model_line", model=VLLM_MODEL, modality=m.value, term="slope")
-        != reference[m].slope
-        for m in Modality
-    ]
-    assert any(lines_moved)  # the tiny model on a CPU is not LLaVA-7B on an H100
+    # The tiny model on a CPU is not LLaVA-7B on an H100.
+    assert any(fit.lines[m].slope != reference[m].slope for m in Modality)
+
+    # `rps-serve classify --url` answers with the fit the metrics show, not the repository's.
+    asked = ServedClasses(online_server.endpoints.grpc_url).assess(PROBES)
+    for probe, verdict in zip(PROBES, asked, strict=True):
+        expected = fit.lines[probe.modality].seconds(probe.prompt_tokens)
+        assert verdict.estimate.prefill_s == pytest.approx(expected, rel=1e-4, abs=1e-6), probe
     # And it serves on with the fit it learned.
     assert run(online_server, VLLM_MODEL, requests.make(Modality.VIDEO, max_tokens=2)).error is None

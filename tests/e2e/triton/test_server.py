@@ -12,12 +12,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from rps_serve.cost import features as cols
-from rps_serve.loadtest.server_stats import scrape
+from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton.client import Generation, StreamClient, encode_video, infer_inputs
 from rps_serve.workload.media import random_video
 from rps_serve.workload.request_format import RequestFormat
-from tests.e2e.triton.conftest import ENSEMBLE, Requests, Server, run
+from tests.e2e.triton.conftest import ENSEMBLE, PROBES, VLLM_MODEL, Requests, Server, run
 
 LABELS = {c.label for c in RequestClass}
 
@@ -166,25 +166,44 @@ def test_base64_is_checked(server: Server, requests: Requests) -> None:
 def test_a_running_server_says_how_it_would_class_a_request(
     server: Server, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`rps-serve classify --url` asks the server's own ONNX models; they answer as the repository's
-    files do offline, for texts, images and videos of several sizes."""
+    """`rps-serve classify --url` asks `vllm_model`, which classes with the repository's ONNX models
+    when it does not refit them: it answers as those files do offline, for texts, images and videos
+    of several sizes."""
     from rps_serve.cli import main
-    from rps_serve.triton.client import ServedCostModel
+    from rps_serve.triton.client import ServedClasses
 
-    probes = [RequestFeatures(Modality.TEXT, tokens, 0) for tokens in (20, 500, 4000)] + [
-        RequestFeatures(modality, 40 + visual, visual)
-        for modality in (Modality.IMAGE, Modality.VIDEO)
-        for visual in (64, 1500, 6000)
-    ]
-    served = ServedCostModel(server.endpoints.http_url)
+    assert ServedFit.of(scrape(server.endpoints.metrics_url)) is None  # it does not refit online
+    served = ServedClasses(server.endpoints.grpc_url)
     offline = server.cost_model()
     assert served.num_classes == offline.num_classes
-    for asked, known in zip(served.assess(probes), offline.assess(probes), strict=True):
+    for asked, known in zip(served.assess(PROBES), offline.assess(PROBES), strict=True):
         assert asked.level == known.level
         assert asked.estimate.prefill_s == pytest.approx(known.estimate.prefill_s, rel=1e-5)
-    assert main(["classify", "--url", server.endpoints.http_url, "video:6300:6272", "text:20"]) == 0
+        assert asked.estimate.memory_tokens == known.estimate.memory_tokens
+    assert main(["classify", "--url", server.endpoints.grpc_url, "video:6300:6272", "text:20"]) == 0
     rows = capsys.readouterr().out.splitlines()[1:]
     expected = offline.assess(
         [RequestFeatures(Modality.VIDEO, 6300, 6272), RequestFeatures(Modality.TEXT, 20, 0)]
     )
     assert [int(row.split()[3]) for row in rows] == [a.level for a in expected]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[0, 20]],  # a column short
+        [[3, 20, 0]],  # no such modality
+        [[1, 20, 40]],  # more placeholder tokens than prompt tokens
+        [[0, -5, 0]],
+        [[0, 20.5, 0]],
+        [[0, float("nan"), 0]],
+    ],
+)
+def test_a_malformed_assessment_gets_a_clear_error(server: Server, rows: list[list[float]]) -> None:
+    from rps_serve.triton import protocol as p
+
+    client = StreamClient(server.endpoints.grpc_url)
+    client.submit(VLLM_MODEL, "bad", {p.ASSESS: np.array(rows, dtype=np.float32)})
+    result = client.wait("bad")
+    client.close()
+    assert result.error is not None and p.ASSESS in result.error

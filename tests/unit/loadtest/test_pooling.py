@@ -11,13 +11,17 @@ import numpy as np
 import pytest
 
 from rps_serve.comparison import ratio_rows
-from rps_serve.loadtest.demo import LoadRuns, PolicyRun, ratio_table, target_lines
+from rps_serve.cost.runtime import REPORT_FILE
+from rps_serve.cost.training import fit_of_report
+from rps_serve.loadtest.demo import LoadRuns, PolicyRun, fit_lines, ratio_table, target_lines
 from rps_serve.loadtest.load import BenchRun
+from rps_serve.loadtest.server_stats import ServedFit
 from rps_serve.loadtest.stages import pooled_stages
 from rps_serve.metrics import RequestRecords
+from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.triton.client import Tally
-from rps_serve.triton.repository import REPOSITORY
+from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
 from rps_serve.triton.settings import SETTINGS_FILE
 
 
@@ -95,7 +99,7 @@ def test_targets_are_met_only_where_the_whole_interval_is(tmp_path: Path) -> Non
         for policy, scale in (("fcfs", 1.0), ("rps", 0.3)):  # rps: text well under half of fcfs's
             records = _records(scale * text, video)
             bench = BenchRun(records, Tally(360, 360, 0, 0, 0), None, {}, {})
-            runs[policy].append(PolicyRun(bench, {"engine": {}, "loop_lag_s": {}, "stages": {}}, []))
+            runs[policy].append(PolicyRun(bench, {"engine": {}, "loop_lag_s": {}, "stages": {}}, [], None))
     (tmp_path / "vllm_model").mkdir()
     shutil.copy(REPOSITORY / SETTINGS_FILE, tmp_path / SETTINGS_FILE)
     lines = target_lines(LoadRuns(2.0, 0.7, runs), tmp_path)
@@ -107,3 +111,24 @@ def test_targets_are_met_only_where_the_whole_interval_is(tmp_path: Path) -> Non
     (starvation,) = [line for line in lines if line.startswith("rps pebbles")]
     hold_s = json.loads((REPOSITORY / SETTINGS_FILE).read_text())["rps"].get("decode_hold_s", 0.0)
     assert f"decode hold {hold_s:.2f} s" in starvation  # no cost-model report here: the paper's clock
+
+
+def test_the_demo_says_which_fit_each_policy_served_and_how_it_moved(tmp_path: Path) -> None:
+    train_reference_cost_models(tmp_path)
+    trained, _ = fit_of_report(json.loads((tmp_path / REPORT_FILE).read_text()))
+    records = _records(np.ones(10), np.ones(2))
+    bench = BenchRun(records, Tally(12, 12, 0, 0, 0), None, {}, {})
+    analysis: dict[str, dict[str, float]] = {"engine": {}, "loop_lag_s": {}, "stages": {}}
+    frozen = {"fcfs": [PolicyRun(bench, analysis, [], None)], "rps": [PolicyRun(bench, analysis, [], None)]}
+    lines = fit_lines(LoadRuns(2.0, None, frozen), tmp_path)
+    assert "llava-onevision-qwen2-7b" in lines[0]
+    assert lines[1].startswith("online refit off")
+
+    doubled = {m: PrefillLine(line.intercept, 2 * line.slope) for m, line in trained.items()}
+    fits = [ServedFit(2, 40, 1, doubled), ServedFit(3, 60, 0, doubled)]
+    online = {**frozen, "rps": [PolicyRun(bench, analysis, [], fit) for fit in fits]}
+    lines = fit_lines(LoadRuns(2.0, None, online), tmp_path)
+    assert len(lines) == 2 and lines[1].startswith("rps: refitted online, 5 updates over 2 server(s)")
+    assert "from 100 observed prefills, boundaries moved 1 times" in lines[1]
+    slope_ms = trained[Modality.TEXT].slope * 1e3
+    assert f"text {slope_ms:.3g} -> {2 * slope_ms:.3g} ms/token" in lines[1]

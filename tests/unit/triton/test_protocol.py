@@ -8,6 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from rps_serve.cost import features as cols
+from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.triton import protocol as p
 from rps_serve.triton.client import Generation
 from rps_serve.triton.protocol import BadRequest, parse_request
 
@@ -59,3 +62,22 @@ def test_base64_of_media_is_decoded() -> None:
         )
     )
     assert parsed.images == (b"\x89PNG...",)
+
+
+def test_an_assessment_reads_back_the_rows_the_client_wrote() -> None:
+    requests = [RequestFeatures(Modality.TEXT, 20), RequestFeatures(Modality.VIDEO, 6300, 6272)]
+    assert p.parse_assessment(cols.feature_matrix(requests)) == requests
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [[[0, 20]], [[-1, 20, 0]], [[3, 20, 0]], [[1, 20, 40]], [[0, -5, 0]], [[0, 20.5, 0]], [[0, np.inf, 0]]],
+)
+def test_a_malformed_assessment_is_refused(rows: list[list[float]]) -> None:
+    with pytest.raises(p.BadRequest, match=p.ASSESS):
+        p.parse_assessment(np.array(rows, dtype=np.float32))
+
+
+def test_an_empty_assessment_is_refused() -> None:
+    with pytest.raises(p.BadRequest, match=p.ASSESS):
+        p.parse_assessment(np.zeros((0, cols.NUM_FEATURES), dtype=np.float32))
