@@ -12,31 +12,14 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.cost.runtime import OnnxCostModel, agreement
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import reference_model_names
 from rps_serve.profiles.synthetic import reference_profile
-from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.sim.online import probe_grid
 
-GRID_TOKENS = (20, 100, 300, 600, 1000, 1500, 2000, 3000, 4000, 6000, 8000)
-PROMPT_TEXT_TOKENS = 20  # a media request's text around its placeholders
 PER_KIND = 500  # records per request kind, as `rps-serve train --reference` synthesizes them
-
-
-def grid() -> list[RequestFeatures]:
-    return [
-        RequestFeatures(m, t, 0 if m is Modality.TEXT else t - PROMPT_TEXT_TOKENS)
-        for m in Modality
-        for t in GRID_TOKENS
-    ]
-
-
-def agreement(a: OnnxCostModel, b: OnnxCostModel, requests: list[RequestFeatures]) -> float:
-    levels = [np.array([v.level for v in model.assess(requests)]) for model in (a, b)]
-    return float(np.mean(levels[0] == levels[1]))
 
 
 def main() -> None:
@@ -54,7 +37,7 @@ def main() -> None:
             reference = OnnxCostModel.from_repository(Path(out))
             print(
                 f"{name:28} {agreement(served, reference, profiled):>16.1%} "
-                f"{agreement(served, reference, grid()):>10.1%}"
+                f"{agreement(served, reference, probe_grid()):>10.1%}"
             )
 
 

@@ -45,7 +45,7 @@ from rps_serve.cost.runtime import (
     OnnxCostModel,
     onnx_path,
 )
-from rps_serve.cost.training import TrainingOptions, fit_of_report
+from rps_serve.cost.training import CostModel, TrainingOptions, fit_of_report
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality, RequestFeatures
@@ -191,6 +191,12 @@ class OnlineCostModel(CostModelRunner):
         lines, training = fit_of_report(json.loads((repository / REPORT_FILE).read_text()))
         classifier_onnx = onnx_path(repository, CLASSIFIER_MODEL).read_bytes()
         return cls(lines, classifier_onnx, training, options)
+
+    @classmethod
+    def from_fit(cls, model: CostModel, training: TrainingOptions, options: OnlineOptions) -> OnlineCostModel:
+        """Starting from an offline fit in memory (`training` the options it was fitted with)."""
+        classifier_onnx = classifier_to_onnx(model.classifier).SerializeToString()
+        return cls(model.estimator.lines_, classifier_onnx, training, options)
 
     @property
     def lines(self) -> dict[Modality, PrefillLine]:

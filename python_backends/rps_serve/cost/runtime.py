@@ -102,3 +102,9 @@ class OnnxCostModel(CostModelRunner):
             [LEVEL_OUTPUT], {COST_TENSOR: cost.astype(np.float32, copy=False)}
         )[0]
         return levels
+
+
+def agreement(a: CostModelRunner, b: CostModelRunner, requests: Sequence[RequestFeatures]) -> float:
+    """Share of `requests` that `a` and `b` put in the same class."""
+    levels = [np.array([v.level for v in model.assess(requests)]) for model in (a, b)]
+    return float(np.mean(levels[0] == levels[1]))

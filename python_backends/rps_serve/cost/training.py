@@ -16,7 +16,7 @@ from rps_serve.cost import features as cols
 from rps_serve.cost.classifier import MemoryFeature, RequestClassifier
 from rps_serve.cost.estimator import ImpactEstimator
 from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
-from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, CostModelRunner, onnx_path
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import DEFAULT_REFERENCE, PrefillLine, reference_model
 from rps_serve.requests import Modality, RequestClass
@@ -34,11 +34,21 @@ class TrainingOptions:
 
 
 @dataclass(frozen=True)
-class CostModel:
-    """A fitted estimator and classifier pair."""
+class CostModel(CostModelRunner):
+    """A fitted estimator and classifier pair, run in memory (the same functions as its ONNX export)."""
 
     estimator: ImpactEstimator
     classifier: RequestClassifier
+
+    @property
+    def num_classes(self) -> int:  # type: ignore[override]  # read-only here: the fit fixes it
+        return self.classifier.num_classes
+
+    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
+        return self.estimator.predict_cost(feature_matrix)
+
+    def classify(self, cost: np.ndarray) -> np.ndarray:
+        return self.classifier.predict(cost)
 
 
 def fit_cost_model(records: Sequence[ProfileRecord], options: TrainingOptions) -> CostModel:

@@ -12,6 +12,9 @@ not publish vision-encoder times separately, so `encoder_s` is 0 in these record
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import numpy as np
 
 from rps_serve.profiles.records import ProfileRecord
@@ -56,3 +59,12 @@ def reference_profile(model: str, per_kind: int = 500, seed: int = 0) -> list[Pr
             )
         )
     return records
+
+
+def with_slower_images(records: Sequence[ProfileRecord], factor: float) -> list[ProfileRecord]:
+    """`records` as a device whose image admission (its vision encoder) takes `factor` times as long
+    would measure them: a fit of the others' device is wrong there where it matters, for images."""
+    return [
+        replace(r, prefill_s=r.admission_s * factor, encoder_s=0.0) if r.modality is Modality.IMAGE else r
+        for r in records
+    ]

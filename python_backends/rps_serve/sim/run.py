@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.cost import features as cols
 from rps_serve.cost.classifier import naive_level
 from rps_serve.cost.training import CostModel, TrainingOptions, fit_cost_model
 from rps_serve.metrics import grouped_metrics, slo_metrics
@@ -23,6 +22,7 @@ from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
 from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import Execution, model_spec
 from rps_serve.sim.measured import is_measured_profile, read_measured_profile, with_chunk_cap
+from rps_serve.sim.online import trace_features
 from rps_serve.sim.routing import Routing
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
 from rps_serve.sim.timing import fit_lines
@@ -74,7 +74,8 @@ def default_shapes(profile: str) -> str:
     return SERVING if profile.startswith(SERVING_SHAPES_PROFILES) else ISOLATION
 
 
-def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
+def device_profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
+    """The simulated device of `config.profile`, and the profile its cost model is trained on."""
     if config.profile in reference_model_names():
         spec = model_spec(config.profile)
         deployment = Deployment(
@@ -106,15 +107,11 @@ def _profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]
 
 def class_levels(trace: Trace, model: CostModel) -> np.ndarray:
     """Class level of every request of `trace`, classified in one batch."""
-    features = np.empty((len(trace), cols.NUM_FEATURES), dtype=np.float32)
-    features[:, cols.MODALITY] = trace.modality
-    features[:, cols.PROMPT_TOKENS] = trace.prompt_tokens
-    features[:, cols.MODALITY_TOKENS] = trace.modality_tokens
-    return model.classifier.predict(model.estimator.predict_cost(features))
+    return model.classifier.predict(model.estimator.predict_cost(trace_features(trace)))
 
 
 def prepare(config: SimulationConfig) -> SimulationSetup:
-    deployment, records = _profile(config)
+    deployment, records = device_profile(config)
     model = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
     trace = config.workload.trace()
     naive = np.array([naive_level(m) for m in Modality])[trace.modality]

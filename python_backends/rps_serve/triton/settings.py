@@ -134,14 +134,14 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
             f"{file}: max_pending_requests must be a positive integer or null, got {max_pending!r}"
         )
     try:
-        class_source = ClassSource(raw.get("class_source", ClassSource.VERIFY.value))
+        class_source = ClassSource(raw.get("class_source", ServingSettings.class_source.value))
     except ValueError:
         choices = [c.value for c in ClassSource]
         raise ValueError(
             f"{file}: class_source must be one of {choices}, got {raw['class_source']!r}"
         ) from None
     front_end = env.get(FRONT_END_ENV) or raw.get("front_end")
-    workers = raw.get("front_end_workers", 2)
+    workers = raw.get("front_end_workers", ServingSettings.front_end_workers)
     if type(workers) is not int or workers < 1:
         raise ValueError(f"{file}: front_end_workers must be a positive integer, got {workers!r}")
     return ServingSettings(

@@ -10,47 +10,20 @@ import numpy as np
 import pytest
 
 from rps_serve.cost.online import OnlineCostModel, OnlineOptions
-from rps_serve.cost.runtime import CostModelRunner
+from rps_serve.cost.runtime import agreement
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import ProfileRecord
-from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.profiles.synthetic import with_slower_images
+from rps_serve.requests import Modality
 
 SLOW_IMAGES = 20.0  # the served device: its vision encoder 20 times slower than the reference's
-
-
-def served_device(records: list[ProfileRecord]) -> list[ProfileRecord]:
-    return [
-        replace(r, prefill_s=r.admission_s * SLOW_IMAGES, encoder_s=0.0)
-        if r.modality is Modality.IMAGE
-        else r
-        for r in records
-    ]
-
-
-def agreement(a: CostModelRunner, b: CostModelRunner, probes: list[RequestFeatures]) -> float:
-    levels = [np.array([v.level for v in model.assess(probes)]) for model in (a, b)]
-    return float(np.mean(levels[0] == levels[1]))
-
-
-class _Fitted(CostModelRunner):
-    """An offline fit, in the runner's terms (for comparing classes)."""
-
-    def __init__(self, records: list[ProfileRecord]) -> None:
-        self._model = fit_cost_model(records, TrainingOptions())
-        self.num_classes = self._model.classifier.num_classes
-
-    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
-        return self._model.estimator.predict_cost(feature_matrix)
-
-    def classify(self, cost: np.ndarray) -> np.ndarray:
-        return self._model.classifier.predict(cost)
 
 
 def test_a_wrong_fit_converges_to_the_served_devices_classes(
     trained_repository: Path, reference_records: list[ProfileRecord]
 ) -> None:
-    truth_records = served_device(reference_records)
-    truth = _Fitted(truth_records)
+    truth_records = with_slower_images(reference_records, SLOW_IMAGES)
+    truth = fit_cost_model(truth_records, TrainingOptions())
     online = OnlineCostModel.from_repository(trained_repository, OnlineOptions())
     probes = [r.features for r in random.Random(1).sample(truth_records, 300)]
     start = agreement(online, truth, probes)
@@ -72,7 +45,7 @@ def test_one_update_moves_a_line_at_most_by_its_bound(
     options = OnlineOptions(max_step=1.5)
     online = OnlineCostModel.from_repository(trained_repository, options)
     before = online.lines
-    online.observe(served_device(reference_records)[:: len(reference_records) // 100])
+    online.observe(with_slower_images(reference_records, SLOW_IMAGES)[:: len(reference_records) // 100])
     update = online.update()
     assert update is not None and update.lines_before == before
     images = [r.prompt_tokens for r in reference_records if r.modality is Modality.IMAGE]
