@@ -9,6 +9,8 @@ if the internal it names stops behaving as the plug-in assumes:
 - `scheduler_config.long_prefill_token_threshold` is read at each call (the chunk cap);
 - `_preempt_request` puts the request back in `self.waiting` and counts the preemption;
 - a request taken out of `self.waiting` for one call is not scheduled, and is after (the decode hold).
+Then the plug-in's own decisions on that scheduler: the class order for a free slot, eviction under KV
+pressure (from lighter to heavier, never under FCFS, at most `max_preemptions` times per request).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from vllm.multimodal.inputs import PlaceholderRange
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
+from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY, RPSConfig
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
 from rps_serve.vllm_plugin.scheduler import RPSAsyncScheduler, RPSScheduler
@@ -27,11 +30,15 @@ from tests.v1.core.utils import create_requests, create_scheduler
 
 SAND, ROCK = 0, 2
 NUM_CLASSES = 3  # the modality classifier's: text, image, video
+BLOCK_SIZE = 16  # create_scheduler's
+ROCK_BLOCKS = 12
 
 pytestmark = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 
 
-def _rps_scheduler(async_scheduling: bool, **settings: Any) -> Any:
+def _rps_scheduler(
+    async_scheduling: bool, max_num_seqs: int = 16, num_blocks: int = 10000, **settings: Any
+) -> Any:
     """A scheduler of vLLM's test helpers, built as our class with `settings` as its RPS config."""
     cls = RPSAsyncScheduler if async_scheduling else RPSScheduler
 
@@ -40,7 +47,12 @@ def _rps_scheduler(async_scheduling: bool, **settings: Any) -> Any:
         return cls(vllm_config=vllm_config, **kwargs)
 
     return create_scheduler(
-        max_num_batched_tokens=256, async_scheduling=async_scheduling, scheduler_cls=build
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=256,
+        num_blocks=num_blocks,
+        block_size=BLOCK_SIZE,
+        async_scheduling=async_scheduling,
+        scheduler_cls=build,
     )
 
 
@@ -151,3 +163,50 @@ def test_with_media_only_holds_a_text_rock_starts_at_once(async_scheduling: bool
     assert set(step.num_scheduled_tokens) == {"sand", "text rock"}
     assert [r.request_id for r in scheduler.waiting] == ["image rock"]
     assert scheduler.holds == 1
+
+
+# The plug-in's own decisions, on the same scheduler without a model.
+
+
+def test_sand_takes_the_one_free_slot_before_an_earlier_rock(async_scheduling: bool) -> None:
+    for policy, first in ((Policy.RPS, "sand"), (Policy.FCFS, "rock")):
+        scheduler = _rps_scheduler(async_scheduling, policy=policy, max_num_seqs=1, aging_time_scale=1.0)
+        scheduler.add_request(_request("rock", ROCK, 100))
+        scheduler.add_request(_request("sand", SAND, 20))
+        assert set(scheduler.schedule().num_scheduled_tokens) == {first}, policy
+
+
+def _kv_bound_scheduler(async_scheduling: bool, policy: Policy, max_preemptions: int = 1) -> Any:
+    """A rock decoding in a KV cache with no room left for the sand that arrives next."""
+    scheduler = _rps_scheduler(
+        async_scheduling,
+        policy=policy,
+        num_blocks=ROCK_BLOCKS + 2,  # the rock's blocks, one null block, one to spare
+        max_preemptions=max_preemptions,
+        aging_time_scale=1.0,
+    )
+    scheduler.add_request(_request("rock", ROCK, ROCK_BLOCKS * BLOCK_SIZE - 8, max_tokens=100))
+    _feed(scheduler, scheduler.schedule())
+    scheduler.add_request(_request("sand", SAND, 4 * BLOCK_SIZE))
+    return scheduler
+
+
+def test_under_kv_pressure_waiting_sand_evicts_a_running_rock(async_scheduling: bool) -> None:
+    scheduler = _kv_bound_scheduler(async_scheduling, Policy.RPS)
+    step = scheduler.schedule()
+    assert "sand" in step.num_scheduled_tokens and "rock" not in step.num_scheduled_tokens
+    assert scheduler.evictions[ROCK] == 1 and scheduler.requests["rock"].num_preemptions == 1
+    assert [r.request_id for r in scheduler.waiting] == ["rock"]
+
+
+def test_fcfs_never_evicts_for_a_waiting_request(async_scheduling: bool) -> None:
+    scheduler = _kv_bound_scheduler(async_scheduling, Policy.FCFS)
+    step = scheduler.schedule()
+    assert "rock" in step.num_scheduled_tokens and "sand" not in step.num_scheduled_tokens
+    assert not scheduler.evictions and scheduler.requests["rock"].num_preemptions == 0
+
+
+def test_a_rock_is_evicted_at_most_max_preemptions_times(async_scheduling: bool) -> None:
+    scheduler = _kv_bound_scheduler(async_scheduling, Policy.RPS, max_preemptions=0)
+    step = scheduler.schedule()
+    assert "rock" in step.num_scheduled_tokens and not scheduler.evictions

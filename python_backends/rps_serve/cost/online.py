@@ -10,7 +10,8 @@ offline. Here the prefill times the served engine measures (`cost.observed`) ref
   `min_records` keeps its line. One update moves a line by at most a factor `max_step` at the 10th
   and the 90th percentile of the window's prompt lengths (the new line runs through the two clipped
   points): a burst of odd records moves the fit a little, a lasting difference moves it all the way
-  in a few updates.
+  in a few updates. Prompt lengths too alike to fix a slope (a server whose images are all one size)
+  scale the line instead of tilting it.
 - **The class boundaries**: k-means, as offline, on the estimated costs of the requests served
   lately (the latest `population` of them, once there are `min_population`), adopted only where it
   re-classes more than `hysteresis` of those requests against the boundaries in service under the
@@ -54,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median absolute deviation
 MIN_SECONDS = 1e-6  # a line's value below which the step bound is taken from this floor
+MIN_SLOPE_SPAN = 1.5  # how many times the 10th percentile of prompt lengths the 90th must be to refit a slope
 
 
 @dataclass(frozen=True)
@@ -129,17 +131,19 @@ class CostModelUpdate:
 
 def bounded_line(old: PrefillLine, fitted: PrefillLine, tokens: np.ndarray, max_step: float) -> PrefillLine:
     """`fitted`, moved from `old` by at most a factor `max_step` at the 10th and 90th percentile of
-    `tokens` (one prompt length: the old line scaled by the bounded ratio there)."""
-    low, high = np.percentile(tokens, [10, 90])
+    `tokens`. Where those prompt lengths are too alike to fix a slope (the 90th percentile under
+    `MIN_SLOPE_SPAN` times the 10th: a server sending one image size), or the fit slopes down, the old
+    line is scaled instead, by the bounded ratio at the median: its level follows, its shape stays."""
+    low, middle, high = np.percentile(tokens, [10, 50, 90])
 
     def bounded(x: float) -> float:
         floor = max(old.seconds(x), MIN_SECONDS)
         return float(np.clip(fitted.seconds(x), floor / max_step, floor * max_step))
 
-    low_s = bounded(low)
-    if high - low < 1:
-        ratio = low_s / max(old.seconds(low), MIN_SECONDS)
+    if high < MIN_SLOPE_SPAN * max(low, 1.0) or fitted.slope < 0:
+        ratio = bounded(middle) / max(old.seconds(middle), MIN_SECONDS)
         return PrefillLine(old.intercept * ratio, old.slope * ratio)
+    low_s = bounded(low)
     slope = (bounded(high) - low_s) / (high - low)
     return PrefillLine(low_s - slope * low, slope)
 

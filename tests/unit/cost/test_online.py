@@ -80,3 +80,24 @@ def test_the_setting_is_a_switch_or_its_fields() -> None:
     for bad in ({"interval": 2}, {"max_step": 1.0}, "yes"):
         with pytest.raises(ValueError, match="cost_model_online"):
             OnlineOptions.from_setting(bad)
+
+
+def test_prompt_lengths_too_alike_to_fix_a_slope_scale_the_line(
+    trained_repository: Path, reference_records: list[ProfileRecord]
+) -> None:
+    """A server that sends one image size: the observed images' prompt lengths differ only by their
+    text, and the update scales the image line (its level follows them) without tilting it."""
+    online = OnlineCostModel.from_repository(trained_repository, OnlineOptions())
+    before = online.lines[Modality.IMAGE]
+    rng = random.Random(4)
+    one_size = []
+    for _ in range(100):
+        tokens = 1500 + rng.randrange(100)
+        seconds = 1.5 * before.seconds(1550) * rng.uniform(0.7, 1.3)  # within one step of the line
+        one_size.append(ProfileRecord(Modality.IMAGE, tokens, 1480, 0.0, seconds, 8))
+    online.observe(one_size)
+    update = online.update()
+    assert update is not None
+    after = update.lines_after[Modality.IMAGE]
+    assert after.slope > 0 and after.slope / before.slope == pytest.approx(after.intercept / before.intercept)
+    assert after.seconds(1550) > before.seconds(1550)  # toward what was observed

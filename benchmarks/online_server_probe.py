@@ -1,0 +1,91 @@
+"""The online refit on a real server, as the issue's acceptance asks: tritonserver on a copy of the
+repository whose cost model is the H100 reference's, `cost_model_online` on, serving the tiny model;
+a few hundred mixed requests through `rps_ensemble`; then how the server classes a fixed probe grid
+(`rps-serve classify --url`, asking `vllm_model`) against the cost model the repository was trained
+with on the served model's profile, before the load and after it, and the updates the metrics show.
+
+    .venv/bin/python benchmarks/online_server_probe.py --requests 300 --rate 2 --out out/online-probe
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+from rps_serve.cost.runtime import OnnxCostModel, agreement
+from rps_serve.loadtest.replay import build_requests, replay
+from rps_serve.loadtest.server_stats import ServedFit, scrape
+from rps_serve.requests import Modality
+from rps_serve.sim.online import probe_grid
+from rps_serve.triton.client import ServedClasses
+from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
+from rps_serve.triton.server import local_server
+from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
+from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+from rps_serve.workload.content import ContentLimits
+from rps_serve.workload.request_format import RequestFormat
+from rps_serve.workload.source import SyntheticWorkload
+
+CONTENT = ContentLimits(max_text_tokens=4096, max_output_tokens=8)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=Path("build/tiny-qwen2-vl"))
+    parser.add_argument("--profile-trained", type=Path, default=REPOSITORY, help="the served model's fit")
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=2.0)
+    parser.add_argument(
+        "--interval-s", type=float, default=5.0, help="the refit's cost_model_online interval"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("out/online-probe"))
+    args = parser.parse_args()
+
+    work = args.out.resolve()
+    repository = work / "model_repository"
+    shutil.rmtree(repository, ignore_errors=True)
+    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
+    train_reference_cost_models(repository)
+    settings_file = repository / SETTINGS_FILE
+    settings = json.loads(settings_file.read_text())
+    settings["cost_model_online"] = {"interval_s": args.interval_s}
+    settings_file.write_text(json.dumps(settings, indent=1))
+    configure_cpu_engine_environment(work / "vllm")
+
+    probes = probe_grid()
+    profile_trained = OnnxCostModel.from_repository(args.profile_trained)
+    workload = SyntheticWorkload("mixed-iii", args.rate, args.requests, args.seed)
+    trace = workload.trace()
+    requests = build_requests(trace, RequestFormat.of_model(args.model), CONTENT, args.seed)
+    env = {MODEL_ENV: str(args.model.resolve())}
+    with local_server(repository, work / "server", env=env, log_file=work / "tritonserver.log") as endpoints:
+        before = agreement(ServedClasses(endpoints.grpc_url), profile_trained, probes)
+        replayed = replay(endpoints.grpc_url, trace, requests)
+        time.sleep(2 * args.interval_s)  # the last records reach the fit within an interval or two
+        fit = ServedFit.of(scrape(endpoints.metrics_url))
+        served = ServedClasses(endpoints.grpc_url)
+        after = agreement(served, profile_trained, probes)
+        by_modality = {
+            m.value: agreement(served, profile_trained, [q for q in probes if q.modality is m])
+            for m in Modality
+        }
+    print(f"{replayed.tally}")
+    print(f"probe grid ({len(probes)} requests) classed as the profile fit: {before:.0%} before the load,")
+    print(f"{after:.0%} after it: " + ", ".join(f"{m} {a:.0%}" for m, a in by_modality.items()))
+    if fit is not None:
+        print(
+            f"metrics: {fit.updates} updates, {fit.observed} prefills observed, "
+            f"boundaries moved {fit.boundary_updates} times; lines "
+            + ", ".join(
+                f"{m.value} {line.intercept:.4f} s + {line.slope * 1e3:.4f} ms/token"
+                for m, line in fit.lines.items()
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
