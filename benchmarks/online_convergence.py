@@ -73,9 +73,7 @@ def main() -> None:
         truth = fit_cost_model(records, training)
         start = fit_cost_model(reference_profile(args.start, seed=seed), training)
         trace = workload.trace()
-        isolated = deployment.timing(deployment.gpus).isolated_ttft_s(
-            trace.modality, trace.prompt_tokens, trace.modality_tokens, deployment.max_num_batched_tokens
-        )
+        isolated = deployment.isolated_engine_s(trace)
         span_s = trace.arrival_s[-1] - trace.arrival_s[0]
         print(f"seed {seed}: isolated engine seconds per second of arrivals {isolated.sum() / span_s:.2f}")
         online = online_levels(

@@ -97,9 +97,7 @@ def trace_features(trace: Trace) -> np.ndarray:
 
 def observed_costs(trace: Trace, deployment: Deployment, observation: Observation) -> np.ndarray:
     """Each request's prefill seconds as the simulated server measures them."""
-    isolated = deployment.timing(deployment.gpus).isolated_ttft_s(
-        trace.modality, trace.prompt_tokens, trace.modality_tokens, deployment.max_num_batched_tokens
-    )
+    isolated = deployment.isolated_engine_s(trace)
     rng = np.random.default_rng(observation.seed)
     factor = rng.lognormal(0.0, observation.contention, len(trace))
     factor[rng.random(len(trace)) < observation.outliers] *= observation.outlier_factor
@@ -120,10 +118,7 @@ def online_levels(
     seconds = observed_costs(trace, deployment, observation)
     observed_at = trace.arrival_s + seconds
     order = np.argsort(observed_at, kind="stable")
-    requests = [
-        RequestFeatures(Modality.from_index(m), p, v)
-        for m, p, v in trace_features(trace).astype(int).tolist()
-    ]
+    requests = cols.requests_of(trace_features(trace))
     levels = np.empty(len(trace), dtype=np.int64)
     start = agreement(model, truth, probes)
     updates: list[OnlineUpdate] = []

@@ -99,13 +99,16 @@ class Deployment:
             raise ValueError("modserve needs at least 2 GPUs: half encode, half run the LLM")
         return self.gpus // 2, self.gpus - self.gpus // 2
 
+    def isolated_engine_s(self, trace: Trace) -> np.ndarray:
+        """Engine seconds to the first token of every request of `trace` run alone on the deployment."""
+        return self.timing(self.gpus).isolated_ttft_s(
+            trace.modality, trace.prompt_tokens, trace.modality_tokens, self.max_num_batched_tokens
+        )
+
     def isolated_ttft_s(self, trace: Trace) -> np.ndarray:
         """TTFT of every request of `trace` run alone on the whole deployment (front end + engine)."""
         preprocess = self.preprocess.seconds(trace.modality, trace.prompt_tokens, trace.modality_tokens)
-        engine = self.timing(self.gpus).isolated_ttft_s(
-            trace.modality, trace.prompt_tokens, trace.modality_tokens, self.max_num_batched_tokens
-        )
-        return preprocess + engine
+        return preprocess + self.isolated_engine_s(trace)
 
 
 @dataclass(frozen=True)

@@ -183,9 +183,6 @@ def parse_assessment(matrix: np.ndarray) -> list[RequestFeatures]:
     if ((modalities < 0) | (modalities >= len(Modality))).any():
         raise BadRequest(f"'{ASSESS}': a modality index is outside 0..{len(Modality) - 1}")
     try:
-        return [
-            RequestFeatures(Modality.from_index(modality), prompt_tokens, modality_tokens)
-            for modality, prompt_tokens, modality_tokens in matrix.astype(int).tolist()
-        ]
+        return cols.requests_of(matrix)
     except ValueError as error:  # negative token counts, or more modality tokens than prompt tokens
         raise BadRequest(f"'{ASSESS}': {error}") from None

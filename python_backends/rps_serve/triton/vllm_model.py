@@ -210,10 +210,9 @@ class TritonPythonModel:
         """
         sender = request.get_response_sender()
         client_id = request.request_id()
-        if (assessment := tensor_getter(pb_utils, request)(p.ASSESS)) is not None:
-            self._assess(assessment, request, sender)
-            return
-        if self.max_pending is not None and self.pending >= self.max_pending:
+        assessment = tensor_getter(pb_utils, request)(p.ASSESS)  # answered whatever the load
+        generates = assessment is None
+        if generates and self.max_pending is not None and self.pending >= self.max_pending:
             self.metrics.rejected()
             message = (
                 f"vllm_model {p.OVERLOADED}: {self.pending} requests in flight, "
@@ -221,26 +220,26 @@ class TritonPythonModel:
             )
             sender.send(error_response(pb_utils, client_id, message, code="UNAVAILABLE"), flags=FINAL)
             return
-        self.pending += 1
+        if generates:
+            self.pending += 1
         try:
-            await self._generate(request, sender)
+            if assessment is not None:
+                self._assess(assessment, request, sender)
+            else:
+                await self._generate(request, sender)
         except (p.BadRequest, VLLMClientError) as error:  # the request's fault, e.g. a prompt too long
             sender.send(error_response(pb_utils, client_id, str(error), code="INVALID_ARG"), flags=FINAL)
         except Exception as error:
             logger.exception("vllm_model failed on request %r", client_id)
             sender.send(error_response(pb_utils, client_id, f"vllm_model failed: {error}"), flags=FINAL)
         finally:
-            self.pending -= 1
+            if generates:
+                self.pending -= 1
 
     def _assess(self, matrix: np.ndarray, request: Any, sender: Any) -> None:
         """Answer an assessment (`protocol.ASSESS`): how this model would class each row now, with the
-        fit in service (the online one, if on); nothing is generated, whatever the load."""
-        try:
-            verdicts = self.classes.assess(p.parse_assessment(matrix))
-        except p.BadRequest as error:
-            response = error_response(pb_utils, request.request_id(), str(error), code="INVALID_ARG")
-            sender.send(response, flags=FINAL)
-            return
+        fit in service (the online one, if on); nothing is generated."""
+        verdicts = self.classes.assess(p.parse_assessment(matrix))
         levels = np.array([v.level for v in verdicts], dtype=np.int64)
         prefill_s = np.array([v.estimate.prefill_s for v in verdicts], dtype=np.float32)
         kv_tokens = np.array([v.estimate.memory_tokens for v in verdicts], dtype=np.int64)
