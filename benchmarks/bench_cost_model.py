@@ -17,6 +17,7 @@ from benchmarks.timing import median_seconds
 from rps_serve.cost import features as cols
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.cost.training import TrainingOptions, train_cost_model
+from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality, RequestFeatures
 
@@ -28,9 +29,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         repository = Path(tmp)
-        train_cost_model(
-            reference_profile("llava-onevision-qwen2-7b"), repository, TrainingOptions(), "bench"
-        )
+        train_cost_model(reference_profile(DEFAULT_REFERENCE), repository, TrainingOptions(), "bench")
         model = OnnxCostModel.from_repository(repository)
         print(f"{'batch':>6} {'onnx us':>9} {'us/req':>8} {'assess us':>10}")
         for batch in (1, 256):

@@ -1,15 +1,22 @@
 """Scheduler overhead on a real vLLM engine: `schedule()` time of the RPS scheduler vs stock vLLM.
 
-For each backlog size, a full engine (every sequence slot busy decoding) holds that many waiting
-requests (real vLLM `Request` objects, mixed text/image/video), and the engine steps normally; the
-wall time of every `schedule()` call is recorded. This is the steady state in which a scheduler
-matters: a long queue behind a full batch. Needs a tiny model:
+For each backlog size, a real engine holds that many waiting requests (real vLLM `Request` objects,
+mixed text/image/video) beside a few running ones, and steps normally; the wall time of every
+`schedule()` call is recorded. Two set-ups, each a long queue that does not move while it is timed:
+- `kv-bound`: sequence slots are free but the KV cache is not (the running texts' prompts hold it),
+  so at every step RPS scores and orders the backlog, checks its media for a decode hold and looks
+  for an eviction (none is allowed: the running requests are of the lightest class) before vLLM
+  finds that nothing fits. This is the path the plug-in adds;
+- `slots-full`: every sequence slot is busy decoding; nothing waiting can start, and the plug-in
+  hands the step straight to stock vLLM.
+RPS runs with the shipped `rps` settings of `model.json`. Needs a tiny model:
 `make tiny-model && python benchmarks/bench_plugin_overhead.py build/tiny-qwen2-vl`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -30,6 +37,13 @@ from rps_serve.workload.request_format import RequestFormat
 BACKLOGS = (64, 256, 1024)
 RUNNING = 4
 STEPS = 40
+BLOCK_SIZE = 32
+RUNNING_WORDS = 400  # each running text's prompt: ~500 tokens, ~16 blocks
+WAITING_WORDS = 1200  # each waiting prompt: ~1,400 tokens or more, over 40 blocks
+# The running texts' blocks, and room beside them for their decodes while every backlog is timed
+# (RUNNING x 3 x STEPS tokens) but for no waiting prompt.
+KV_BLOCKS = RUNNING * (RUNNING_WORDS * 3 // 2 // BLOCK_SIZE) + 24
+SETUPS = ("kv-bound", "slots-full")
 
 
 def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
@@ -43,35 +57,42 @@ def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
     return wrapper
 
 
-def _measure(model: Path, policy: Policy) -> dict[int, float]:
+def _measure(model: Path, policy: Policy, setup: str) -> dict[int, float]:
     import random
 
     from vllm import LLMEngine, SamplingParams
 
     from rps_serve.vllm_plugin.engine_args import engine_args
 
-    engine = LLMEngine.from_engine_args(
-        engine_args(model, policy, max_num_seqs=RUNNING, max_model_len=4096, max_num_batched_tokens=4096)
-    )
+    kv_bound = setup == "kv-bound"
+    limits: dict[str, Any] = {"max_model_len": 4096, "max_num_batched_tokens": 4096, "block_size": BLOCK_SIZE}
+    if kv_bound:
+        limits |= {"max_num_seqs": 2 * RUNNING, "num_gpu_blocks_override": KV_BLOCKS}
+    else:
+        limits |= {"max_num_seqs": RUNNING}
+    engine = LLMEngine.from_engine_args(engine_args(model, policy, rps_settings=_shipped_rps(), **limits))
     scheduler = engine.engine_core.engine_core.scheduler
     samples: list[float] = []
     scheduler.schedule = _timed(scheduler.schedule, samples)
     text_rng, media_rng = random.Random(0), np.random.default_rng(0)
     prompts = RequestFormat.of_model(model)
-    long_decode = SamplingParams(max_tokens=100_000 // 100, ignore_eos=True)
+    long_decode = SamplingParams(max_tokens=1000, ignore_eos=True)
+    running_words = RUNNING_WORDS if kv_bound else 50
     for i in range(RUNNING):
-        engine.add_request(
-            f"busy{i}", {"prompt": prompts.prompt(filler_text(50, text_rng), Modality.TEXT)}, long_decode
-        )
+        busy = {"prompt": prompts.prompt(filler_text(running_words, text_rng), Modality.TEXT)}
+        engine.add_request(f"busy{i}", busy, long_decode)
     for _ in range(5):
         engine.step()
     modalities = [Modality.TEXT, Modality.TEXT, Modality.IMAGE, Modality.VIDEO]
+    waiting_words = WAITING_WORDS if kv_bound else 30
     medians: dict[int, float] = {}
     queued = 0
     for backlog in BACKLOGS:
         while queued < backlog:
             modality = modalities[queued % len(modalities)]
-            prompt: dict[str, Any] = {"prompt": prompts.prompt(filler_text(30, text_rng), modality)}
+            prompt: dict[str, Any] = {
+                "prompt": prompts.prompt(filler_text(waiting_words, text_rng), modality)
+            }
             if modality is Modality.IMAGE:
                 prompt["multi_modal_data"] = {"image": random_image(224, 224, media_rng)}
             elif modality is Modality.VIDEO:
@@ -81,10 +102,20 @@ def _measure(model: Path, policy: Policy) -> dict[int, float]:
         samples.clear()
         for _ in range(STEPS):
             engine.step()
-        assert len(scheduler.waiting) == backlog, "a waiting request was admitted: the batch was not full"
+        assert len(scheduler.waiting) == backlog, "a waiting request was admitted: the queue moved"
+        assert len(scheduler.running) == RUNNING, "a running request finished or was preempted"
         medians[backlog] = statistics.median(samples)
     engine.engine_core.shutdown()
     return medians
+
+
+def _shipped_rps() -> dict[str, Any]:
+    """The `rps` settings `model.json` ships."""
+    from rps_serve.triton.repository import REPOSITORY
+    from rps_serve.triton.settings import SETTINGS_FILE
+
+    shipped: dict[str, Any] = json.loads((REPOSITORY / SETTINGS_FILE).read_text()).get("rps", {})
+    return shipped
 
 
 def main() -> None:
@@ -93,12 +124,15 @@ def main() -> None:
     args = parser.parse_args()
     configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-bench-")))
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the timer wraps the scheduler in this process
-    stock = _measure(args.model, Policy.FCFS)
-    rps = _measure(args.model, Policy.RPS)
-    print(f"{'waiting':>8} {'stock us':>9} {'rps us':>9} {'rps/stock':>9}")
-    for backlog in BACKLOGS:
-        ratio = rps[backlog] / stock[backlog]
-        print(f"{backlog:8d} {stock[backlog] * 1e6:9.1f} {rps[backlog] * 1e6:9.1f} {ratio:9.2f}")
+    print(f"{'set-up':>10} {'waiting':>8} {'stock us':>9} {'rps us':>9} {'rps/stock':>9}")
+    for setup in SETUPS:
+        stock = _measure(args.model, Policy.FCFS, setup)
+        rps = _measure(args.model, Policy.RPS, setup)
+        for backlog in BACKLOGS:
+            ratio = rps[backlog] / stock[backlog]
+            print(
+                f"{setup:>10} {backlog:8d} {stock[backlog] * 1e6:9.1f} {rps[backlog] * 1e6:9.1f} {ratio:9.2f}"
+            )
 
 
 if __name__ == "__main__":

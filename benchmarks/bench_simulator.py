@@ -13,15 +13,14 @@ import subprocess
 import sys
 import time
 
+from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.sim.run import SimulationConfig, prepare, run_policy
 from rps_serve.workload.source import SyntheticWorkload
-
-PROFILE = "llava-onevision-qwen2-7b"
 
 
 def _time_one(policy: str, requests: int, rate: float) -> tuple[float, float, int]:
     started = time.perf_counter()
-    setup = prepare(SimulationConfig(PROFILE, 1, SyntheticWorkload("mixed-iii", rate, requests)))
+    setup = prepare(SimulationConfig(DEFAULT_REFERENCE, 1, SyntheticWorkload("mixed-iii", rate, requests)))
     prepared = time.perf_counter()
     outcome = run_policy(setup, policy)
     return prepared - started, time.perf_counter() - prepared, outcome.steps

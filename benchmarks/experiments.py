@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rps_serve.plots import plot_latency_vs_load
+from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.sim.breakdown import ttft_parts
 from rps_serve.sim.engine import StepRecord
@@ -24,7 +25,7 @@ from rps_serve.sim.run import SimulationConfig, prepare, run_policy, run_simulat
 from rps_serve.sim.starvation import SustainedSand, run_sustained_sand
 from rps_serve.workload.source import SyntheticWorkload
 
-SMALL = "llava-onevision-qwen2-7b"
+SMALL = DEFAULT_REFERENCE  # the paper's 7B
 LARGE = "llava-onevision-qwen2-72b"
 # The done-when operating point: FCFS text P99 TTFT is past 1 s here (1 GPU, mixed-iii).
 RATE_1GPU = 14.0

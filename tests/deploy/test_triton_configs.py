@@ -123,4 +123,5 @@ def test_the_ensemble_check_finds_broken_wiring() -> None:
     assert any("request_classifier.cost reads '_cost'" in e for e in errors)
     assert any("vllm_model.rps_cost reads '_cost'" in e for e in errors)
     assert any("impact_estimator.features" in e and "[1, 2, 3]" in e for e in errors)
-    assert len(errors) == 4
+    assert any("vllm_model.rps_features" in e and "[1, 2, 3]" in e for e in errors)
+    assert len(errors) == 5

@@ -31,6 +31,6 @@ def run(args: argparse.Namespace) -> int:
     # The model as the repository serves it: its engine arguments (with RPS_MODEL and RPS_ENGINE_ARGS).
     served = read_settings(args.repository / SETTINGS_FILE, args.repository)
     model = args.model or served.model
-    written = profile_served_model(model, served.engine_args, args.out, args.repeats, args.seed)
-    print(f"{args.out}: {done + written} records ({written} new)")
+    run = profile_served_model(model, served.engine_args, args.out, args.repeats, args.seed)
+    print(f"{args.out}: {done + run.written} records ({run.describe()})")
     return 0

@@ -6,11 +6,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from sklearn.compose import ColumnTransformer
-from sklearn.linear_model import LinearRegression, QuantileRegressor
+from sklearn.linear_model import LinearRegression
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
 
 from rps_serve.cost import features as cols
+from rps_serve.profiles.lines import fit_line, modality_points
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import CostEstimate, Modality, RequestFeatures
@@ -42,29 +43,17 @@ class ImpactEstimator:
         self.mae_s_: dict[Modality, float] = {}
         self.counts_: dict[Modality, int] = {}
         for modality in Modality:
-            rows = [r for r in records if r.modality is modality]
-            if len(rows) < 2:
-                raise ValueError(
-                    f"profile has {len(rows)} {modality.value} records; need at least 2 to fit a line"
-                )
-            tokens = np.array([r.prompt_tokens for r in rows], dtype=np.float64)
-            seconds = np.array([r.admission_s for r in rows], dtype=np.float64)
+            tokens, seconds = modality_points(records, modality)
             line = self.fit_line(modality, tokens, seconds)
             self.lines_[modality] = line
             self.mae_s_[modality] = float(np.mean(np.abs(line.seconds(tokens) - seconds)))
-            self.counts_[modality] = len(rows)
+            self.counts_[modality] = len(tokens)
         return self
 
     def fit_line(self, modality: Modality, tokens: np.ndarray, seconds: np.ndarray) -> PrefillLine:
         """One modality's line through (prompt tokens, admission seconds): least squares for text,
         the `quantile` for image and video."""
-        regressor: LinearRegression | QuantileRegressor
-        if modality in QUANTILE_MODALITIES:
-            regressor = QuantileRegressor(quantile=self.quantile, alpha=0.0, solver="highs")
-        else:
-            regressor = LinearRegression()
-        regressor.fit(tokens.reshape(-1, 1), seconds)
-        return PrefillLine(float(regressor.intercept_), float(regressor.coef_[0]))
+        return fit_line(tokens, seconds, self.quantile if modality in QUANTILE_MODALITIES else None)
 
     def estimate(self, request: RequestFeatures) -> CostEstimate:
         seconds = self.lines_[request.modality].seconds(request.prompt_tokens)

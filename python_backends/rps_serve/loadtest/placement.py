@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+from rps_serve.vllm_plugin.cpu_env import OMP_BIND_ENV
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,14 @@ from dataclasses import dataclass
 from rps_serve.profiles.reference import isolated_ttft_slo_s
 from rps_serve.requests import Modality, RequestClass
 
+# Threads that decode a request's media and render its input before the engine, taking requests in
+# class order under the class-aware policies: `vllm_model`'s default (`front_end_workers`), and the
+# simulator's.
+FRONT_END_WORKERS = 2
+
 
 class Policy(enum.Enum):
-    """How waiting requests are ordered.
+    """How waiting requests are ordered; what each policy does is its row of `POLICY_TABLE`.
 
     - rps: static class priority plus bounded aging (the paper's policy);
     - static: static class priority only, FCFS inside a class;
@@ -33,15 +38,19 @@ class Policy(enum.Enum):
     MODALITY_PRIORITY = "modality-priority"
 
     @property
+    def row(self) -> PolicyRow:
+        return POLICY_TABLE[self]
+
+    @property
     def is_stock(self) -> bool:
         """Run by vLLM's own scheduler (the baselines), not the RPS plug-in."""
-        return self in (Policy.FCFS, Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY)
+        return self.row.stock
 
     def request_priority(self, level: int, modality: Modality) -> int:
         """The `priority` a request carries into vLLM: its modality under modality-priority, else its
         class level (stock vLLM's priority policy orders by it; FCFS ignores it; the RPS scheduler
         sets its own)."""
-        return modality.index if self is Policy.MODALITY_PRIORITY else level
+        return modality.index if self.row.by_modality else level
 
     @classmethod
     def parse(cls, name: str) -> Policy:
@@ -50,6 +59,55 @@ class Policy(enum.Enum):
         except ValueError:
             known = ", ".join(p.value for p in cls)
             raise ValueError(f"unknown policy {name!r}; expected one of {known}") from None
+
+
+class Order(enum.Enum):
+    """What orders a policy's waiting requests (`PriorityRegulator.scores`)."""
+
+    ARRIVAL = "arrival"
+    DEADLINE = "deadline"  # arrival + the class SLO
+    STATIC = "static"  # the class's static priority, arrival inside a class
+    AGING = "aging"  # the aging term alone
+    STATIC_AND_AGING = "static and aging"
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    """One policy's behaviour. `stock`: vLLM's own scheduler runs it (a baseline), not the plug-in;
+    `by_modality`: the levels it orders by are the modalities, not the classes; `eviction_margin`:
+    how much better a waiting request must score than a running one of a heavier class to evict it
+    (score units: -log(priority), ln 2 = twice the priority; seconds for EDF), None where no waiting
+    request evicts a running one; `starvation_guard`: a head that waited for KV blocks keeps its
+    turn (`scheduling.queues`)."""
+
+    order: Order
+    stock: bool = False
+    by_modality: bool = False
+    eviction_margin: float | None = None
+    starvation_guard: bool = False
+
+    @property
+    def by_class(self) -> bool:
+        """Whether the classes order the queue (the plug-in's holds, yields and chunk caps apply)."""
+        return self.order is not Order.ARRIVAL
+
+    @property
+    def vllm_policy(self) -> str:
+        """vLLM's `scheduling_policy` underneath: `fcfs` for arrival order under stock vLLM, else
+        `priority` (the plug-in runs on it, so that vLLM's own preemption evicts the heaviest class)."""
+        return "fcfs" if self.stock and self.order is Order.ARRIVAL else "priority"
+
+
+_TWICE = math.log(2.0)
+POLICY_TABLE: dict[Policy, PolicyRow] = {
+    Policy.RPS: PolicyRow(Order.STATIC_AND_AGING, eviction_margin=_TWICE, starvation_guard=True),
+    Policy.STATIC: PolicyRow(Order.STATIC, eviction_margin=_TWICE),
+    Policy.AGING: PolicyRow(Order.AGING, eviction_margin=_TWICE),
+    Policy.EDF: PolicyRow(Order.DEADLINE, eviction_margin=0.0),
+    Policy.FCFS: PolicyRow(Order.ARRIVAL, stock=True),
+    Policy.VLLM_PRIORITY: PolicyRow(Order.STATIC, stock=True),
+    Policy.MODALITY_PRIORITY: PolicyRow(Order.STATIC, stock=True, by_modality=True),
+}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ FCFS never preempts for a waiting request, as stock vLLM.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,14 +21,6 @@ from typing import TypeVar
 from rps_serve.scheduling.parameters import Policy
 
 T = TypeVar("T")
-
-# Score units: -log(priority) for priority policies (ln 2: W needs twice R's priority), seconds for EDF.
-DEFAULT_MARGINS: dict[Policy, float] = {
-    Policy.RPS: math.log(2.0),
-    Policy.STATIC: math.log(2.0),
-    Policy.AGING: math.log(2.0),
-    Policy.EDF: 0.0,
-}
 
 
 @dataclass(frozen=True)
@@ -52,10 +43,9 @@ class PreemptionRule:
 
     @classmethod
     def for_policy(cls, policy: Policy, max_preemptions: int = MAX_PREEMPTIONS) -> PreemptionRule | None:
-        """The default rule of `policy`; None where the policy never preempts (fcfs)."""
-        if policy not in DEFAULT_MARGINS:
-            return None
-        return cls(DEFAULT_MARGINS[policy], max_preemptions)
+        """The rule of `policy` (its `eviction_margin`); None where no waiting request evicts."""
+        margin = policy.row.eviction_margin
+        return None if margin is None else cls(margin, max_preemptions)
 
     def may_evict(self, waiting: Contender, running: Contender) -> bool:
         return (

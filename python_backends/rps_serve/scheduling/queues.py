@@ -14,7 +14,6 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from rps_serve.scheduling.parameters import Policy
 from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats
 
 T = TypeVar("T", bound=Hashable)
@@ -62,7 +61,7 @@ class ClassQueues(Generic[T]):
         self._entries: dict[T, _Entry[T]] = {}
         self._seq = itertools.count()
         self._scores: dict[int, float] = {}
-        self._guard = regulator.policy is Policy.RPS
+        self._guard = regulator.policy.row.starvation_guard
         self._held: _Entry[T] | None = None
         self._fresh_score: float | None = None  # a lightest-class arrival's score, this iteration
         self.now = clock()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rps_serve.scheduling.parameters import ClassParameters, Policy, PressureSettings
+from rps_serve.scheduling.parameters import ClassParameters, Order, Policy, PressureSettings
 
 
 @dataclass(frozen=True)
@@ -94,19 +94,21 @@ class PriorityRegulator:
         static over the levels they are given: class levels, or modalities for modality-priority)."""
         waiting = np.maximum(now - arrivals, 0.0)
         aging = -np.expm1(-self._k[levels] * self._boost[levels] * waiting ** self._p[levels])
-        if self.policy is Policy.RPS:
+        order = self.policy.row.order
+        if order is Order.STATIC_AND_AGING:
             return np.asarray(self._static[levels] + aging)
-        if self.policy in (Policy.STATIC, Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY):
+        if order is Order.STATIC:
             return np.asarray(self._static[levels], dtype=float)
-        if self.policy is Policy.AGING:
+        if order is Order.AGING:
             return np.asarray(aging)
         raise ValueError(f"{self.policy.value} is not a priority policy")
 
     def scores(self, levels: np.ndarray, arrivals: np.ndarray, now: float) -> np.ndarray:
         """Scores of requests given as parallel arrays of class levels and arrival times."""
-        if self.policy is Policy.FCFS:
+        order = self.policy.row.order
+        if order is Order.ARRIVAL:
             return np.asarray(arrivals, dtype=float)
-        if self.policy is Policy.EDF:
+        if order is Order.DEADLINE:
             return np.asarray(arrivals + self._slo[levels], dtype=float)
         with np.errstate(divide="ignore"):
             return np.asarray(-np.log(self.priorities(levels, arrivals, now)))

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from rps_serve.scheduling.chunking import prefill_chunk_cap
-from rps_serve.scheduling.parameters import Policy
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.sim.timing import TimingModel
@@ -149,7 +148,7 @@ class Engine:
         self.busy_s = 0.0
         self.steps = 0
         self._preempted_last = False
-        self._fcfs_victims = queues.regulator.policy is Policy.FCFS
+        self._fcfs_victims = queues.regulator.policy.row.vllm_policy == "fcfs"
         self._chunk_limit = 0  # vLLM's long_prefill_token_threshold for the current step; 0: none
         # Plain lists: scalar reads in the Python parts of a step are much cheaper than numpy indexing.
         self._prompt = work.prompt_tokens.tolist()

@@ -9,7 +9,7 @@ and render (`triton.front_end`): a text never queues behind media waiting for a 
 Preprocessing costs are assumptions (no profile records them): tokenizing and templating text,
 decoding and resizing an image into its anyres tiles, extracting and resizing video frames, at
 rates of a server CPU core. On the CPU test stack the same stage is ~60 ms of a short text's
-TTFT under load (ENVIRONMENT.md); on H100 it is small next to queueing but not zero.
+TTFT under load; on H100 it is small next to queueing but not zero.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rps_serve.requests import Modality
+from rps_serve.scheduling.parameters import FRONT_END_WORKERS
 from rps_serve.workload.shapes import IMAGE_TOKENS_PER_TILE, VIDEO_TOKENS_PER_FRAME
 
 
@@ -35,7 +36,7 @@ class PreprocessCosts:
     image_tile_s: float = 4e-3
     video_base_s: float = 15e-3
     video_frame_s: float = 3e-3
-    workers: int = 2  # vllm_model's front_end_workers default (model.json)
+    workers: int = FRONT_END_WORKERS
 
     def seconds(
         self, modality: np.ndarray, prompt_tokens: np.ndarray, modality_tokens: np.ndarray

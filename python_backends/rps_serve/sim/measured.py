@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.profiles.lines import fit_line, modality_points
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
-from rps_serve.scheduling.parameters import Policy
+from rps_serve.scheduling.parameters import FRONT_END_WORKERS, Policy
 from rps_serve.sim.engine import EngineConfig
 from rps_serve.sim.frontend import PreprocessCosts
 from rps_serve.sim.hardware import ModelSpec
@@ -76,7 +77,7 @@ class MeasuredProfile:
     max_num_seqs: int
     rps_chunk_cap_tokens: int
     cost_profile: str
-    front_end_workers: int = PreprocessCosts.workers  # vllm_model's default (model.json)
+    front_end_workers: int = FRONT_END_WORKERS
 
     def deployment(self) -> MeasuredDeployment:
         front = self.front_end_s
@@ -133,15 +134,6 @@ def read_measured_profile(path: Path) -> MeasuredProfile:
         raise ValueError(f"{path}: not a measured profile ({error})") from None
 
 
-def quantile_line(x: np.ndarray, y: np.ndarray, quantile: float = LINE_QUANTILE) -> PrefillLine:
-    """The line under which `quantile` of the points (x, y) lie (quantile regression)."""
-    from sklearn.linear_model import QuantileRegressor
-
-    fit = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
-    fit.fit(np.asarray(x, dtype=np.float64)[:, None], np.asarray(y, dtype=np.float64))
-    return PrefillLine(float(fit.intercept_), float(fit.coef_[0]))
-
-
 def robust_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine]:
     """Admission seconds (encoder + prefill) on prompt tokens per modality: the lower-quartile line.
 
@@ -151,13 +143,9 @@ def robust_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine
     """
     lines: dict[Modality, PrefillLine] = {}
     for modality in Modality:  # text first: the others may need its slope
-        rows = [r for r in records if r.modality is modality]
-        if len(rows) < 2:
-            raise ValueError(f"profile has {len(rows)} {modality.value} records; need at least 2")
-        tokens = np.array([r.prompt_tokens for r in rows], dtype=np.float64)
-        seconds = np.array([r.admission_s for r in rows])
+        tokens, seconds = modality_points(records, modality)
         if tokens.max() / tokens.min() >= MIN_TOKEN_SPREAD:
-            lines[modality] = quantile_line(tokens, seconds)
+            lines[modality] = fit_line(tokens, seconds, LINE_QUANTILE)
         else:
             slope = lines[Modality.TEXT].slope
             lines[modality] = PrefillLine(float(np.quantile(seconds - slope * tokens, LINE_QUANTILE)), slope)
@@ -188,7 +176,7 @@ def decode_costs(context_tokens: np.ndarray, tpot_s: np.ndarray, token_s: float)
     per output token on context tokens. A decode step also pays `token_s` (the prefill lines' slope)
     for its one token: that part is taken out of the step."""
     finite = np.isfinite(tpot_s)
-    line = quantile_line(context_tokens[finite], tpot_s[finite], quantile=0.5)
+    line = fit_line(context_tokens[finite], tpot_s[finite], quantile=0.5)
     return max(line.intercept - token_s, 0.0), max(line.slope, 0.0)
 
 

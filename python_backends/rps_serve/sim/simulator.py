@@ -46,10 +46,7 @@ POLICY_VARIANTS: dict[str, PolicyVariant] = {
     variant.name: variant
     for variant in (
         # modality-priority orders by modality: the naive classifier's levels.
-        *(
-            PolicyVariant(policy.value, policy, naive_classes=policy is Policy.MODALITY_PRIORITY)
-            for policy in Policy
-        ),
+        *(PolicyVariant(policy.value, policy, naive_classes=policy.row.by_modality) for policy in Policy),
         PolicyVariant("rps-naive", Policy.RPS, naive_classes=True),
         PolicyVariant("rps-cap", Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS),
         PolicyVariant("modserve", Policy.FCFS, modserve=True),

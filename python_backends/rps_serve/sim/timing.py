@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from rps_serve.profiles.lines import fit_line, modality_points
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
@@ -119,13 +120,4 @@ def fit_lines(records: Sequence[ProfileRecord]) -> dict[Modality, PrefillLine]:
 
     Least squares, not the estimator's 90th percentile: the simulator needs typical times.
     """
-    lines = {}
-    for modality in Modality:
-        rows = [r for r in records if r.modality is modality]
-        if len(rows) < 2:
-            raise ValueError(f"profile has {len(rows)} {modality.value} records; need at least 2")
-        tokens = np.array([r.prompt_tokens for r in rows], dtype=np.float64)
-        seconds = np.array([r.admission_s for r in rows])
-        slope, intercept = np.polyfit(tokens, seconds, 1)
-        lines[modality] = PrefillLine(float(intercept), float(slope))
-    return lines
+    return {modality: fit_line(*modality_points(records, modality)) for modality in Modality}

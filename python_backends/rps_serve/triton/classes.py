@@ -4,9 +4,11 @@ Who may claim a class: `vllm_model` is reachable directly, not only through `rps
 could send `rps_class_level` 0 with a video and jump every queue as sand. By default (`verify`) the
 class a request carries is checked against the one `vllm_model` computes from the request's own
 features with the same ONNX models: a heavier claim stands (a caller may volunteer to wait), a lighter
-one is overruled. Through the ensemble both come from the same features and agree. `trust` takes the
-class as given, for deployments whose clients cannot reach the composing models or whose classifier
-`vllm_model` cannot reproduce. The engine's own entry (`extra_args["rps"]`) is never the caller's.
+one is overruled. Through the ensemble both come from the same features (`rps_features`, which
+`vllm_model` checks against the request's media instead of counting its prompt again,
+`Preprocessor.inspect`) and agree. `trust` takes the class as given, for deployments whose clients
+cannot reach the composing models or whose classifier `vllm_model` cannot reproduce. The engine's own
+entry (`extra_args["rps"]`) is never the caller's.
 With the online cost model (`cost.online`), `vllm_model`'s fit is newer than the ensemble's ONNX models,
 so under `verify` it decides every request's class, and hands it to the engine.
 """

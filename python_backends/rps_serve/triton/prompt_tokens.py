@@ -42,6 +42,26 @@ class PromptTokenCounter:
         """`image_sizes` as (height, width); `video_shape` as (frames, height, width)."""
         ids: list[int] = self._tokenizer(prompt, add_special_tokens=False)["input_ids"]
         image_markers, video_markers = ids.count(self._image_marker), ids.count(self._video_marker)
+        placeholders = self._placeholders(image_markers, video_markers, image_sizes, video_shape)
+        return TokenCount(len(ids) - image_markers - video_markers + placeholders, placeholders)
+
+    def placeholders(
+        self, prompt: str, image_sizes: list[tuple[int, int]], video_shape: tuple[int, int, int] | None
+    ) -> int:
+        """The media's placeholder tokens, without tokenizing the prompt: its markers are the
+        processor's special tokens, which the tokenizer never splits, so they are counted as text."""
+        image_markers = prompt.count(self.processor.image_token)
+        video_markers = prompt.count(self.processor.video_token)
+        return self._placeholders(image_markers, video_markers, image_sizes, video_shape)
+
+    def _placeholders(
+        self,
+        image_markers: int,
+        video_markers: int,
+        image_sizes: list[tuple[int, int]],
+        video_shape: tuple[int, int, int] | None,
+    ) -> int:
+        """The placeholder tokens the media expand to, once the prompt's markers match the media."""
         videos = 0 if video_shape is None else 1
         if image_markers != len(image_sizes) or video_markers != videos:
             raise BadRequest(
@@ -51,12 +71,14 @@ class PromptTokenCounter:
             )
         video_shapes = [] if video_shape is None else [video_shape]
         image_counts, video_counts = placeholder_tokens(self.processor, image_sizes, video_shapes)
-        placeholders = sum(image_counts) + sum(video_counts)
-        markers = image_markers + video_markers
-        return TokenCount(len(ids) - markers + placeholders, placeholders)
+        return sum(image_counts) + sum(video_counts)
+
+
+def request_modality(images: int, video: bool) -> Modality:
+    """A request's modality: its heaviest medium."""
+    return Modality.VIDEO if video else Modality.IMAGE if images else Modality.TEXT
 
 
 def request_features(count: TokenCount, images: int, video: bool) -> RequestFeatures:
     """The cost model's view of a request: its heaviest medium and its token counts."""
-    modality = Modality.VIDEO if video else Modality.IMAGE if images else Modality.TEXT
-    return RequestFeatures(modality, count.prompt_tokens, count.placeholder_tokens)
+    return RequestFeatures(request_modality(images, video), count.prompt_tokens, count.placeholder_tokens)

@@ -38,6 +38,9 @@ FEATURES = "features"
 CLASS_LEVEL = "rps_class_level"  # int64 [1]
 CLASS_DISTANCES = "rps_class_distances"  # float32 [1, k]: its width is the number of classes
 COST = "rps_cost"  # float32 [1, 3]: the Impact Estimator's output
+# float32 [1, 3]: the cost features `preprocess` counted (modality index, prompt tokens, modality
+# tokens), so that vllm_model checks them against the request instead of tokenizing it again
+CLAIMED_FEATURES = "rps_features"
 
 # A vllm_model request carrying `rps_assess` (float32 [n, 3], the cost model's feature rows: modality
 # index, prompt tokens, modality tokens) is answered at once with how the model would class each row
@@ -174,15 +177,29 @@ def parse_request(get: TensorGetter) -> GenerateRequest:
 
 def parse_assessment(matrix: np.ndarray) -> list[RequestFeatures]:
     """The requests an `ASSESS` tensor describes; raises `BadRequest` with a message for the client."""
-    if matrix.ndim != 2 or matrix.shape[1] != cols.NUM_FEATURES or not 0 < len(matrix) <= MAX_ASSESSED:
+    return _feature_rows(matrix, ASSESS, MAX_ASSESSED)
+
+
+def claimed_features(get: TensorGetter) -> RequestFeatures | None:
+    """The features the ensemble's `preprocess` counted for the request, if it carries them."""
+    matrix = get(CLAIMED_FEATURES)
+    if matrix is None or matrix.size == 0:
+        return None
+    (features,) = _feature_rows(matrix, CLAIMED_FEATURES, max_rows=1)
+    return features
+
+
+def _feature_rows(matrix: np.ndarray, name: str, max_rows: int) -> list[RequestFeatures]:
+    """The cost model's feature rows in tensor `name`, at most `max_rows`; `BadRequest` unless valid."""
+    if matrix.ndim != 2 or matrix.shape[1] != cols.NUM_FEATURES or not 0 < len(matrix) <= max_rows:
         shape = list(matrix.shape)
-        raise BadRequest(f"'{ASSESS}' must be [n, {cols.NUM_FEATURES}], 0 < n <= {MAX_ASSESSED}; got {shape}")
+        raise BadRequest(f"'{name}' must be [n, {cols.NUM_FEATURES}], 0 < n <= {max_rows}; got {shape}")
     if not np.isfinite(matrix).all() or (matrix != np.round(matrix)).any():
-        raise BadRequest(f"'{ASSESS}' must hold whole numbers")
+        raise BadRequest(f"'{name}' must hold whole numbers")
     modalities = matrix[:, cols.MODALITY]
     if ((modalities < 0) | (modalities >= len(Modality))).any():
-        raise BadRequest(f"'{ASSESS}': a modality index is outside 0..{len(Modality) - 1}")
+        raise BadRequest(f"'{name}': a modality index is outside 0..{len(Modality) - 1}")
     try:
         return cols.requests_of(matrix)
     except ValueError as error:  # negative token counts, or more modality tokens than prompt tokens
-        raise BadRequest(f"'{ASSESS}': {error}") from None
+        raise BadRequest(f"'{name}': {error}") from None

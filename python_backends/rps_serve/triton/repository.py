@@ -38,7 +38,8 @@ def ensure_cost_models(repository: Path, model: Path, profiles: Path = PROFILES)
     profile = profiles / f"{model.name}.jsonl"
     logger.info("profiling %s into %s, then training the cost models into %s", model, profile, repository)
     served = read_settings(repository / SETTINGS_FILE, repository)
-    profile_served_model(model, served.engine_args, profile, repeats=PROFILE_REPEATS)
+    run = profile_served_model(model, served.engine_args, profile, repeats=PROFILE_REPEATS)
+    logger.info("profiled %s: %s", model.name, run.describe())
     source = f"profile data {profile.name}"
     train_cost_model(list(read_records(profile)), repository, TrainingOptions(), source)
     return source

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.cost.online import OnlineOptions
-from rps_serve.scheduling.parameters import Policy
+from rps_serve.scheduling.parameters import FRONT_END_WORKERS, Policy
 from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
 from rps_serve.vllm_plugin.engine_args import scheduler_engine_kwargs
@@ -73,7 +73,7 @@ class ServingSettings:
     media: MediaLimits = field(default_factory=MediaLimits)
     max_pending_requests: int | None = None
     class_source: ClassSource = ClassSource.VERIFY
-    front_end_workers: int = 2
+    front_end_workers: int = FRONT_END_WORKERS
     front_end: FrontEndMode | None = None  # None: the policy's own (`FrontEndMode.shipped`)
     cost_model_online: OnlineOptions = field(default_factory=OnlineOptions)
 

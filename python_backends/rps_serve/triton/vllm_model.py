@@ -259,8 +259,10 @@ class TritonPythonModel:
         parsed = p.parse_request(get)
         # The media's metadata only (decoding waits for the front end, in class order), off the loop,
         # on one thread: the tokenizer must not be used from two threads at once.
+        # Through the ensemble the prompt was counted by `preprocess`: its features are checked, not
+        # counted again.
         features = await asyncio.get_running_loop().run_in_executor(
-            self.inspector, self.preprocessor.inspect, parsed
+            self.inspector, self.preprocessor.inspect, parsed, p.claimed_features(get)
         )
         info = self.classes.decide(supplied_class(get), features)
         params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)

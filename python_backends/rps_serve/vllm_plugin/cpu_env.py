@@ -23,3 +23,46 @@ def configure_cpu_engine_environment(workdir: Path, kv_cache_gib: int = 1) -> No
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+
+
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+RESERVED_CPU_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+
+
+def profiling_cores() -> tuple[int, ...] | None:
+    """The cores an isolated profile of a CPU engine computes on, one torch thread each: where
+    `VLLM_CPU_OMP_THREADS_BIND` names cores, those, as the served worker binds to them; under vLLM's
+    `auto` (its default) as many as a served worker gets there, all this process may use but
+    `VLLM_CPU_NUM_OF_RESERVED_CPU` (1 unless set) that vLLM leaves to the engine-core process, taken
+    from the end (where `loadtest.placement` puts a benchmark's engine) rather than from the start as
+    vLLM does, away from the core most else on a machine runs on; None for `nobind`. (On x86 vLLM's
+    `auto` also keeps one logical CPU per physical core; that is not modelled.)"""
+    bind = os.environ.get(OMP_BIND_ENV, "auto")
+    if bind == "nobind":
+        return None
+    if bind != "auto":
+        if "|" in bind:
+            raise ValueError(f"{OMP_BIND_ENV}={bind!r} binds several ranks; one is profiled")
+        return tuple(_parse_core_list(bind))
+    cores = sorted(os.sched_getaffinity(0))
+    reserved = int(os.environ.get(RESERVED_CPU_ENV, "1"))
+    return tuple(cores[min(reserved, len(cores) - 1) :])
+
+
+def _parse_core_list(text: str) -> list[int]:
+    """`"0,2-4"` -> [0, 2, 3, 4]."""
+    cores: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        cores.extend(range(int(first), int(last or first) + 1))
+    return cores
+
+
+def compute_on(cores: tuple[int, ...]) -> None:
+    """Make this process compute on `cores`, one torch thread each, as a served CPU worker bound to
+    them does. For a process of its own (a profiler), before it computes anything."""
+    os.sched_setaffinity(0, cores)
+    os.environ["OMP_NUM_THREADS"] = str(len(cores))
+    import torch
+
+    torch.set_num_threads(len(cores))

@@ -21,15 +21,13 @@ def scheduler_engine_kwargs(
     that baselines are the real thing; every other policy runs the RPS scheduler with vLLM's priority
     policy underneath.
     """
-    if policy is Policy.FCFS:
-        return {"scheduling_policy": "fcfs"}
-    if policy in (Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY):
-        return {"scheduling_policy": "priority"}
+    if policy.is_stock:
+        return {"scheduling_policy": policy.row.vllm_policy}
     from rps_serve.vllm_plugin.scheduler import scheduler_cls_name
 
     config = RPSConfig(policy=policy, cost_model=str(cost_model) if cost_model else None, **rps_settings)
     return {
-        "scheduling_policy": "priority",
+        "scheduling_policy": policy.row.vllm_policy,
         "scheduler_cls": scheduler_cls_name(async_scheduling),
         "additional_config": config.to_additional_config(),
     }

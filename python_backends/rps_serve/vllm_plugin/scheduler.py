@@ -42,7 +42,7 @@ from rps_serve.cost.observed import PrefillCostObserver, StepWork
 from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import Hold
-from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
+from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
@@ -164,7 +164,7 @@ class _RPSMixin(Scheduler):
     def _held(self) -> list[Request]:
         """Waiting requests that sit this step out for the lighter requests running beside them
         (`scheduling.holding`); none with the hold off or under FCFS."""
-        if not self.max_hold_s or self.rps.policy is Policy.FCFS or not self.waiting or not self.running:
+        if not self.max_hold_s or not self.rps.policy.row.by_class or not self.waiting or not self.running:
             return []
         running = {r.request_id: self.waiting.level(r) for r in self.running}
         lightest = min(running.values())
@@ -231,7 +231,7 @@ class _RPSMixin(Scheduler):
         lighter class and a better score), when the KV cache has room for it: they sit this step out.
         Once per waiting request: if it is still waiting after they yielded to it (something else kept
         it out, the encoder cache for one), they go on, so that nothing waits on a step that never comes."""
-        if not self.rps.yield_prefills or self.rps.policy is Policy.FCFS or not self.waiting:
+        if not self.rps.yield_prefills or not self.rps.policy.row.by_class or not self.waiting:
             return []
         candidate = self.waiting.peek_request()
         if candidate is self._yielded_to or self._kv_short_for(candidate):
@@ -293,7 +293,7 @@ class _RPSMixin(Scheduler):
         return super().finish_requests(ids, *args, **kwargs)
 
     def _prefill_cap(self) -> int:
-        if self.rps.policy is Policy.FCFS or not self.rps.chunk_cap_tokens or not self.waiting:
+        if not self.rps.policy.row.by_class or not self.rps.chunk_cap_tokens or not self.waiting:
             return 0
         prefilling = (
             self.waiting.level(r) for r in self.running if r.num_computed_tokens < r.num_prompt_tokens

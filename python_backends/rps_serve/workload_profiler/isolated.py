@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import random
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -165,13 +168,52 @@ class IsolatedProfiler:
         )
 
 
+@dataclass(frozen=True)
+class ProfileRun:
+    """What a profile run wrote, and where its engine computed."""
+
+    written: int  # records appended
+    cores: tuple[int, ...]  # the cores the profiling engine could run on
+    threads: int  # its torch threads
+
+    def describe(self) -> str:
+        cores = ",".join(str(core) for core in self.cores)
+        return f"{self.written} records measured on core(s) {cores} with {self.threads} torch thread(s)"
+
+
 def profile_served_model(
     model: Path, served_args: Mapping[str, Any], out: Path, repeats: int = 3, seed: int = 0
-) -> int:
+) -> ProfileRun:
     """Run the profile plan on `model` with the engine arguments it is served with (`served_args`,
     model.json's), appending a record per planned request to `out` after the ones it already holds
-    (the plan is fixed, so a partial file resumes); the number of records written. Planned requests
-    longer than the engine's `max_model_len` are left out, the same ones every time."""
+    (the plan is fixed, so a partial file resumes). Planned requests longer than the engine's
+    `max_model_len` are left out, the same ones every time.
+
+    On the CPU platform the engine computes in a process of its own, on the cores and with the
+    threads a served worker gets (`cpu_env.profiling_cores`), so that the profile times the engine as
+    it is served: with every core to itself it runs up to twice as fast on two cores, and slows with
+    whatever else runs on any of them."""
+    cores = _profiling_cores()
+    if cores is None:
+        return _profile(model, dict(served_args), out, repeats, seed)
+    from rps_serve.vllm_plugin.cpu_env import compute_on
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, context, initializer=compute_on, initargs=(cores,)) as pool:
+        return pool.submit(_profile, model, dict(served_args), out, repeats, seed).result()
+
+
+def _profiling_cores() -> tuple[int, ...] | None:
+    """Where a CPU engine's profile computes; None on other platforms (a GPU computes there)."""
+    from vllm.platforms import current_platform
+
+    from rps_serve.vllm_plugin.cpu_env import profiling_cores
+
+    return profiling_cores() if current_platform.is_cpu() else None
+
+
+def _profile(model: Path, served_args: Mapping[str, Any], out: Path, repeats: int, seed: int) -> ProfileRun:
+    import torch
     from tqdm import tqdm
 
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
@@ -185,16 +227,15 @@ def profile_served_model(
     if skipped := len(plan.items()) - len(planned):
         logger.info("skipping %d planned requests longer than max_model_len %d", skipped, max_model_len)
     items = planned[done:]
-    if not items:
-        return 0
-    configure_cpu_engine_environment(out.parent / ".vllm")
-    engine, timer = profiling_engine(model, served_args)
-    profiler = IsolatedProfiler(engine, timer, served, plan.output_tokens, seed + done)
-    for warm_up in planned[:2]:  # first calls pay one-off initialization
-        profiler.run(warm_up)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a", encoding="utf-8") as records:
-        for item in tqdm(items, desc="isolated runs", unit="request"):
-            records.write(profiler.run(item).to_json() + "\n")
-            records.flush()
-    return len(items)
+    if items:
+        configure_cpu_engine_environment(out.parent / ".vllm")
+        engine, timer = profiling_engine(model, served_args)
+        profiler = IsolatedProfiler(engine, timer, served, plan.output_tokens, seed + done)
+        for warm_up in planned[:2]:  # first calls pay one-off initialization
+            profiler.run(warm_up)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a", encoding="utf-8") as records:
+            for item in tqdm(items, desc="isolated runs", unit="request"):
+                records.write(profiler.run(item).to_json() + "\n")
+                records.flush()
+    return ProfileRun(len(items), tuple(sorted(os.sched_getaffinity(0))), torch.get_num_threads())

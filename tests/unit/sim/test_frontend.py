@@ -9,7 +9,7 @@ import pytest
 
 from rps_serve.sim.frontend import PreprocessCosts, worker_pool
 from rps_serve.triton.repository import REPOSITORY
-from rps_serve.triton.settings import SETTINGS_FILE, ServingSettings
+from rps_serve.triton.settings import SETTINGS_FILE
 
 
 def test_one_worker_in_arrival_order_queues_each_job_behind_the_earlier_ones() -> None:
@@ -43,4 +43,3 @@ def test_an_idle_worker_waits_for_the_next_arrival_and_free_jobs_pass_through() 
 def test_the_default_front_end_has_the_servers_workers() -> None:
     settings = json.loads((REPOSITORY / SETTINGS_FILE).read_text())
     assert PreprocessCosts().workers == settings["front_end_workers"]
-    assert PreprocessCosts().workers == ServingSettings.__dataclass_fields__["front_end_workers"].default

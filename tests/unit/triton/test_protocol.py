@@ -81,3 +81,15 @@ def test_a_malformed_assessment_is_refused(rows: list[list[float]]) -> None:
 def test_an_empty_assessment_is_refused() -> None:
     with pytest.raises(p.BadRequest, match=p.ASSESS):
         p.parse_assessment(np.zeros((0, cols.NUM_FEATURES), dtype=np.float32))
+
+
+def test_the_ensembles_features_are_read_back_and_a_request_without_them_has_none() -> None:
+    video = RequestFeatures(Modality.VIDEO, 6300, 6272)
+    assert p.claimed_features(getter({p.CLAIMED_FEATURES: cols.feature_matrix([video])})) == video
+    assert p.claimed_features(getter({})) is None
+
+
+@pytest.mark.parametrize("rows", [[[0, 20, 0], [0, 20, 0]], [[1, 20, 40]], [[0, 20.5, 0]]])
+def test_malformed_or_several_claimed_features_are_refused(rows: list[list[float]]) -> None:
+    with pytest.raises(p.BadRequest, match=p.CLAIMED_FEATURES):
+        p.claimed_features(getter({p.CLAIMED_FEATURES: np.array(rows, dtype=np.float32)}))
