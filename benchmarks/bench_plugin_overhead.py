@@ -38,8 +38,8 @@ BACKLOGS = (64, 256, 1024)
 RUNNING = 4
 STEPS = 40
 BLOCK_SIZE = 32
-RUNNING_WORDS = 400  # each running text's prompt: ~500 tokens, ~16 blocks
-WAITING_WORDS = 1200  # each waiting prompt: ~1,400 tokens or more, over 40 blocks
+RUNNING_WORDS = 600  # each running text's prompt: ~600 tokens, ~19 blocks
+WAITING_WORDS = 2200  # each waiting prompt: ~2,200 tokens or more, ~69 blocks
 # The running texts' blocks, and room beside them for their decodes while every backlog is timed
 # (RUNNING x 3 x STEPS tokens) but for no waiting prompt.
 KV_BLOCKS = RUNNING * (RUNNING_WORDS * 3 // 2 // BLOCK_SIZE) + 24
@@ -66,8 +66,10 @@ def _measure(model: Path, policy: Policy, setup: str) -> dict[int, float]:
 
     kv_bound = setup == "kv-bound"
     limits: dict[str, Any] = {"max_model_len": 4096, "max_num_batched_tokens": 4096, "block_size": BLOCK_SIZE}
-    if kv_bound:
-        limits |= {"max_num_seqs": 2 * RUNNING, "num_gpu_blocks_override": KV_BLOCKS}
+    if kv_bound:  # vLLM refuses a max_model_len the cache cannot hold
+        cache_tokens = KV_BLOCKS * BLOCK_SIZE
+        limits |= {"max_model_len": cache_tokens, "max_num_batched_tokens": cache_tokens}
+        limits |= {"max_num_seqs": 2 * RUNNING, "num_gpu_blocks_override": KV_BLOCKS + 1}  # + vLLM's null block
     else:
         limits |= {"max_num_seqs": RUNNING}
     engine = LLMEngine.from_engine_args(engine_args(model, policy, rps_settings=_shipped_rps(), **limits))

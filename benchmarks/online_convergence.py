@@ -71,7 +71,8 @@ def main() -> None:
             deployment = replace(deployment, lines=fit_lines(records))
         training = TrainingOptions(seed=seed)
         truth = fit_cost_model(records, training)
-        start = fit_cost_model(reference_profile(args.start, seed=seed), training)
+        reference = reference_profile(args.start, seed=seed)
+        start = fit_cost_model(reference, training)
         trace = workload.trace()
         isolated = deployment.isolated_engine_s(trace)
         span_s = trace.arrival_s[-1] - trace.arrival_s[0]
@@ -79,7 +80,9 @@ def main() -> None:
         online = online_levels(
             trace,
             deployment,
-            OnlineCostModel.from_fit(start, training, OnlineOptions(enabled=True)),
+            OnlineCostModel.from_fit(
+                start, training, OnlineOptions(enabled=True), [r.features for r in reference]
+            ),
             truth,
             probe_grid(),
             Observation(seed=seed),

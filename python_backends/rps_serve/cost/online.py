@@ -12,11 +12,15 @@ offline. Here the prefill times the served engine measures (`cost.observed`) ref
   points): a burst of odd records moves the fit a little, a lasting difference moves it all the way
   in a few updates. Prompt lengths too alike to fix a slope (a server whose images are all one size)
   scale the line instead of tilting it.
-- **The class boundaries**: k-means, as offline, on the estimated costs of the requests served
-  lately (the latest `population` of them, once there are `min_population`), adopted only where it
-  re-classes more than `hysteresis` of those requests against the boundaries in service under the
-  new estimate, so that the boundaries do not flap with every update. A request's class is decided
-  once, at arrival, by the fit in service then.
+- **The class boundaries**: k-means, as offline, under the new estimate, over the requests the
+  repository's fit was trained on (its report's `population`), adopted only where it re-classes more
+  than `hysteresis` of them against the boundaries in service, so that the boundaries do not flap
+  with every update. Over that fixed population, not over the requests served lately: a class is a
+  tier of cost, and the tiers should not move because the mix did (k-means on a text-only hour would
+  split texts into three classes; on the tiny model's mixed-iii load, boundaries drawn over the served
+  requests class a probe grid 82% as the profile-trained model does, those drawn over the profile's or
+  the H100 reference's population with the same lines 100%). A request's class is decided once, at
+  arrival, by the fit in service then.
 
 The fit in service is a pair of ONNX models run by onnxruntime, exported as `rps-serve train` exports
 them, so a request is classed by the same code whether the fit came from the repository or from here.
@@ -46,7 +50,7 @@ from rps_serve.cost.runtime import (
     OnnxCostModel,
     onnx_path,
 )
-from rps_serve.cost.training import CostModel, TrainingOptions, fit_of_report
+from rps_serve.cost.training import CostModel, TrainingOptions, fit_of_report, population_of_report
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality, RequestFeatures
@@ -70,9 +74,7 @@ class OnlineOptions:
     min_records: int = 8  # a modality's records before its line is refitted
     max_step: float = 2.0  # the most one update multiplies or divides a line's estimate by
     outlier_mads: float = 4.0
-    population: int = 512  # latest requests the class boundaries are fitted on
-    min_population: int = 64
-    hysteresis: float = 0.05  # share of those requests new boundaries must re-class to be adopted
+    hysteresis: float = 0.05  # share of the population new boundaries must re-class to be adopted
 
     @classmethod
     def from_setting(cls, value: Any) -> OnlineOptions:
@@ -118,7 +120,7 @@ class CostModelUpdate:
 
         error = ", ".join(f"{m.value} {e * 1e3:.1f} ms" for m, e in self.abs_error_s.items())
         if self.reclassed is None:
-            boundaries = "boundaries kept (too few requests yet)"
+            boundaries = "boundaries kept (no population to draw them over)"
         else:
             verdict = "moved" if self.boundaries_moved else "kept"
             boundaries = f"boundaries {verdict} (refit re-classes {self.reclassed:.1%})"
@@ -175,6 +177,7 @@ class OnlineCostModel(CostModelRunner):
         classifier_onnx: bytes,
         training: TrainingOptions,
         options: OnlineOptions,
+        population: Sequence[RequestFeatures],
     ) -> None:
         self.options = options
         self._training = training  # the offline fit's settings, kept by every refit
@@ -183,24 +186,35 @@ class OnlineCostModel(CostModelRunner):
         self._served = self._runner(ImpactEstimator.of_lines(lines, training.quantile), classifier_onnx)
         self.num_classes = self._served.num_classes
         self._records = {m: deque[ProfileRecord](maxlen=options.window) for m in Modality}
-        self._population = deque[RequestFeatures](maxlen=options.population)
+        self._population = cols.feature_matrix(population)  # the boundaries are drawn over it
         self._new: list[ProfileRecord] = []
         self.observed = 0
         self.updates = 0
 
     @classmethod
     def from_repository(cls, repository: Path, options: OnlineOptions) -> OnlineCostModel:
-        """Starting from the repository's fit: its classifier as exported, its lines and settings from
-        the training report beside it."""
-        lines, training = fit_of_report(json.loads((repository / REPORT_FILE).read_text()))
+        """Starting from the repository's fit: its classifier as exported, its lines, settings and
+        population from the training report beside it."""
+        report = json.loads((repository / REPORT_FILE).read_text())
+        lines, training = fit_of_report(report)
+        population = population_of_report(report)
+        if not population:
+            logger.warning("%s keeps no population: the class boundaries stay; retrain it", REPORT_FILE)
         classifier_onnx = onnx_path(repository, CLASSIFIER_MODEL).read_bytes()
-        return cls(lines, classifier_onnx, training, options)
+        return cls(lines, classifier_onnx, training, options, population)
 
     @classmethod
-    def from_fit(cls, model: CostModel, training: TrainingOptions, options: OnlineOptions) -> OnlineCostModel:
-        """Starting from an offline fit in memory (`training` the options it was fitted with)."""
+    def from_fit(
+        cls,
+        model: CostModel,
+        training: TrainingOptions,
+        options: OnlineOptions,
+        population: Sequence[RequestFeatures],
+    ) -> OnlineCostModel:
+        """Starting from an offline fit in memory (`training` the options it was fitted with, on the
+        requests `population`)."""
         classifier_onnx = classifier_to_onnx(model.classifier).SerializeToString()
-        return cls(model.estimator.lines_, classifier_onnx, training, options)
+        return cls(model.estimator.lines_, classifier_onnx, training, options, population)
 
     @property
     def lines(self) -> dict[Modality, PrefillLine]:
@@ -222,7 +236,6 @@ class OnlineCostModel(CostModelRunner):
     def observe(self, records: Iterable[ProfileRecord]) -> None:
         for record in records:
             self._records[record.modality].append(record)
-            self._population.append(record.features)
             self._new.append(record)
             self.observed += 1
 
@@ -266,9 +279,9 @@ class OnlineCostModel(CostModelRunner):
     def _refit_boundaries(
         self, estimator: ImpactEstimator, served: OnnxCostModel
     ) -> tuple[float | None, bool, list[tuple[float, float]] | None]:
-        if len(self._population) < self.options.min_population:
+        if not len(self._population):
             return None, False, None
-        cost = estimator.predict_cost(cols.feature_matrix(list(self._population)))
+        cost = estimator.predict_cost(self._population)
         kept = served.classify(cost)
         candidate = RequestClassifier(
             num_classes=self._training.num_classes,

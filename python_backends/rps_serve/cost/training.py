@@ -19,7 +19,7 @@ from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, CostModelRunner, onnx_path
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import DEFAULT_REFERENCE, PrefillLine, reference_model
-from rps_serve.requests import Modality, RequestClass
+from rps_serve.requests import Modality, RequestClass, RequestFeatures
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,9 @@ def _report(model: CostModel, records: Sequence[ProfileRecord], source: str) -> 
             "seed": classifier.random_state,
             "classes": classes,
         },
+        # The requests trained on, as cost-model feature rows (modality index, prompt tokens, modality
+        # tokens): the population an online refit draws the class boundaries over (`cost.online`).
+        "population": cols.feature_matrix([r.features for r in records]).astype(int).tolist(),
     }
 
 
@@ -142,6 +145,12 @@ def fit_of_report(report: Mapping[str, Any]) -> tuple[dict[Modality, PrefillLine
         seed=int(classifier.get("seed", TrainingOptions.seed)),
     )
     return lines, options
+
+
+def population_of_report(report: Mapping[str, Any]) -> list[RequestFeatures]:
+    """The requests a report's fit was trained on (none in a report written before it kept them)."""
+    rows = report.get("population", [])
+    return cols.requests_of(np.array(rows, dtype=np.float64).reshape(-1, cols.NUM_FEATURES))
 
 
 def train_cost_model(

@@ -14,12 +14,12 @@ import pytest
 from rps_serve.cost.online import OnlineOptions
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.server_stats import ServedFit
+from rps_serve.loadtest.server_stats import MetricsSnapshot, ServedFit
 from rps_serve.requests import Modality
 from rps_serve.triton.client import ServedClasses
 from tests.e2e.triton.conftest import PROBES, VLLM_MODEL, Requests, Server, metrics, run, start_server
 
-ONLINE = OnlineOptions(interval_s=1.0, min_new_records=10, min_records=4, min_population=20)
+ONLINE = OnlineOptions(interval_s=1.0, min_new_records=10, min_records=4)
 REQUESTS = 60
 
 
@@ -29,7 +29,6 @@ def online_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "interval_s": ONLINE.interval_s,
         "min_new_records": ONLINE.min_new_records,
         "min_records": ONLINE.min_records,
-        "min_population": ONLINE.min_population,
     }
     with start_server(tmp_path_factory, settings={"cost_model_online": setting}) as running:
         yield running
@@ -43,10 +42,7 @@ def test_the_fit_follows_the_served_model_and_the_endpoint_shows_it(online_serve
         results = list(pool.map(lambda g: run(online_server, "rps_ensemble", g), load))
     assert [r.error for r in results] == [None] * REQUESTS
 
-    deadline = time.monotonic() + 60
-    while (now := metrics(online_server)).total("rps_cost_model_updates_total", model=VLLM_MODEL) < 1:
-        assert time.monotonic() < deadline, "no online update within a minute of the load"
-        time.sleep(1)
+    now = _settled(online_server)
     fit = ServedFit.of(now)
     assert fit is not None and fit.updates >= 1 and fit.observed >= ONLINE.min_new_records
     for modality in Modality:
@@ -60,5 +56,21 @@ def test_the_fit_follows_the_served_model_and_the_endpoint_shows_it(online_serve
     for probe, verdict in zip(PROBES, asked, strict=True):
         expected = fit.lines[probe.modality].seconds(probe.prompt_tokens)
         assert verdict.estimate.prefill_s == pytest.approx(expected, rel=1e-4, abs=1e-6), probe
+    assert metrics(online_server).total("rps_cost_model_updates_total", model=VLLM_MODEL) == fit.updates
     # And it serves on with the fit it learned.
     assert run(online_server, VLLM_MODEL, requests.make(Modality.VIDEO, max_tokens=2)).error is None
+
+
+def _settled(server: Server, timeout_s: float = 120) -> MetricsSnapshot:
+    """The metrics once the refit has taken in every record of the load: at least one update, and no
+    further one over a few intervals (records of the last requests can arrive after the first)."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        now = metrics(server)
+        updates = now.total("rps_cost_model_updates_total", model=VLLM_MODEL)
+        if updates >= 1 and updates == last:
+            return now
+        assert time.monotonic() < deadline, f"the refit did not settle ({updates} updates)"
+        last = updates
+        time.sleep(3 * ONLINE.interval_s)

@@ -72,6 +72,24 @@ def test_one_outlier_cannot_move_a_class_boundary(
     assert [v.level for v in online.assess(probes)] == before
 
 
+def test_a_served_mix_of_one_modality_leaves_the_classes_where_they_were(
+    trained_repository: Path, reference_records: list[ProfileRecord]
+) -> None:
+    """The boundaries are drawn over the population the fit was trained on, not over the requests
+    served: texts alone, at the repository's own costs, re-class nothing (k-means over them alone
+    would split the texts into every class)."""
+    online = OnlineCostModel.from_repository(trained_repository, OnlineOptions(min_new_records=1))
+    probes = [r.features for r in reference_records[::7]]
+    before = [v.level for v in online.assess(probes)]
+    texts = [r for r in reference_records if r.modality is Modality.TEXT]
+    assert len(texts) >= 100
+    for batch in range(0, len(texts), 50):
+        online.observe(texts[batch : batch + 50])
+        update = online.update()
+        assert update is not None and not update.boundaries_moved
+    assert [v.level for v in online.assess(probes)] == before
+
+
 def test_the_setting_is_a_switch_or_its_fields() -> None:
     assert OnlineOptions.from_setting(True).enabled and not OnlineOptions.from_setting(False).enabled
     assert not OnlineOptions.from_setting(None).enabled  # absent: the repository's fit, as shipped

@@ -26,8 +26,10 @@ def test_the_classes_converge_to_the_devices_own_fit() -> None:
     deployment = replace(deployment, lines=fit_lines(records))
     training = TrainingOptions()
     truth = fit_cost_model(records, training)
-    start = fit_cost_model(reference_profile(DEFAULT_REFERENCE), training)
-    model = OnlineCostModel.from_fit(start, training, OnlineOptions(enabled=True))
+    reference = reference_profile(DEFAULT_REFERENCE)
+    start = fit_cost_model(reference, training)
+    population = [r.features for r in reference]
+    model = OnlineCostModel.from_fit(start, training, OnlineOptions(enabled=True), population)
     trace = workload.trace()
     online = online_levels(trace, deployment, model, truth, probe_grid(), Observation())
 
