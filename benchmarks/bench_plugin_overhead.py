@@ -69,7 +69,8 @@ def _measure(model: Path, policy: Policy, setup: str) -> dict[int, float]:
     if kv_bound:  # vLLM refuses a max_model_len the cache cannot hold
         cache_tokens = KV_BLOCKS * BLOCK_SIZE
         limits |= {"max_model_len": cache_tokens, "max_num_batched_tokens": cache_tokens}
-        limits |= {"max_num_seqs": 2 * RUNNING, "num_gpu_blocks_override": KV_BLOCKS + 1}  # + vLLM's null block
+        # One block more than the cache holds: vLLM keeps a null block.
+        limits |= {"max_num_seqs": 2 * RUNNING, "num_gpu_blocks_override": KV_BLOCKS + 1}
     else:
         limits |= {"max_num_seqs": RUNNING}
     engine = LLMEngine.from_engine_args(engine_args(model, policy, rps_settings=_shipped_rps(), **limits))

@@ -33,6 +33,11 @@ class Hold:
         lighter = frozenset(key for key, running_level in running.items() if running_level < level)
         return cls(now, lighter, released=not lighter)
 
+    @classmethod
+    def released_at(cls, now: float) -> Hold:
+        """A request that is never held (a text, where only media are)."""
+        return cls(now, frozenset(), released=True)
+
     def keeps(self, running: Collection[Hashable], now: float, max_hold_s: float) -> bool:
         """Whether the request still sits out this step; once released it never is again."""
         if not self.released and (now - self.since >= max_hold_s or self.waiting_for.isdisjoint(running)):

@@ -171,11 +171,11 @@ class _RPSMixin(Scheduler):
         now = time.monotonic()
         held: list[Request] = []
         for request, level in self.waiting.classes.heavier_than(lightest):
-            if self.rps.decode_hold_media_only and not request.has_encoder_inputs:
-                continue
             hold = self._holds.get(request)
-            if hold is None:
-                hold = self._holds[request] = Hold.begin(level, running, now)
+            if hold is None:  # decided once per request: a long queue is walked every step
+                exempt = self.rps.decode_hold_media_only and not request.has_encoder_inputs
+                hold = Hold.released_at(now) if exempt else Hold.begin(level, running, now)
+                self._holds[request] = hold
             if hold.keeps(running.keys(), now, self.max_hold_s):
                 held.append(request)
         return held
