@@ -253,7 +253,7 @@ class PaperFigures:
             k: (_ttft(r["results"]["rps"], "text", "p99"), _ttft(r["results"]["rps"], "video", "mean"))
             for k, r in ks.items()
         }
-        dominated = [
+        as_good = [
             k for k in k_cost if k != 3 and all(a <= b for a, b in zip(k_cost[k], k_cost[3], strict=True))
         ]
         one_gpu_setting = f"7B, 1 GPU, {', '.join(map(str, rates))} req/s"
@@ -309,8 +309,8 @@ class PaperFigures:
                 + ", ".join(f"k={k} {t:.2f}/{v:.2f} s" for k, (t, v) in k_cost.items()),
                 f"7B, 1 GPU, {HIGH_LOAD_1GPU:g} req/s",
                 "no other k is as good on both",
-                _verdict(not dominated)
-                + (f" (k={', '.join(map(str, dominated))} as good on both)" if dominated else ""),
+                _verdict(not as_good)
+                + (f" (k={', '.join(map(str, as_good))} as good on both)" if as_good else ""),
             ),
         ]
         print(

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import onnxruntime as ort
@@ -50,6 +51,13 @@ def _session(model: Path | bytes) -> ort.InferenceSession:
     options.inter_op_num_threads = 1
     source = model if isinstance(model, bytes) else str(model)
     return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+
+
+class Assesses(Protocol):
+    """Anything that says how it would class requests: a cost model here, or a running server
+    (`triton.client.ServedClasses`)."""
+
+    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]: ...
 
 
 class CostModelRunner:
@@ -104,7 +112,7 @@ class OnnxCostModel(CostModelRunner):
         return levels
 
 
-def agreement(a: CostModelRunner, b: CostModelRunner, requests: Sequence[RequestFeatures]) -> float:
+def agreement(a: Assesses, b: Assesses, requests: Sequence[RequestFeatures]) -> float:
     """Share of `requests` that `a` and `b` put in the same class."""
     levels = [np.array([v.level for v in model.assess(requests)]) for model in (a, b)]
     return float(np.mean(levels[0] == levels[1]))
