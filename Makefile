@@ -85,7 +85,7 @@ simulate: setup
 	$(BIN)/rps-serve train --reference llava-onevision-qwen2-7b --out $(OUT)/model_repository
 	$(BIN)/rps-serve classify --repository $(OUT)/model_repository \
 		text:120 text:1800 image:2980:2916 video:1620:1568 video:6320:6272
-	$(BIN)/rps-serve simulate --profile llava-onevision-qwen2-7b --gpus 1 --mix mixed-iii --rate 12 --execution eager \
+	$(BIN)/rps-serve simulate --reference llava-onevision-qwen2-7b --gpus 1 --mix mixed-iii --rate 12 --execution eager \
 		--requests 3500 --seed 0 --policies fcfs,rps --json $(OUT)/simulate.json
 
 lint: setup

@@ -114,7 +114,7 @@ def _measure(model: Path, policy: Policy, setup: str) -> dict[int, float]:
 
 def _shipped_rps() -> dict[str, Any]:
     """The `rps` settings `model.json` ships."""
-    from rps_serve.triton.repository import REPOSITORY
+    from rps_serve.local.checkout import REPOSITORY
     from rps_serve.triton.settings import SETTINGS_FILE
 
     shipped: dict[str, Any] = json.loads((REPOSITORY / SETTINGS_FILE).read_text()).get("rps", {})

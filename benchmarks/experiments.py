@@ -72,12 +72,12 @@ class Experiments:
         rate: float,
         mix: str = "mixed-iii",
         seed: int = 0,
-        profile: str = SMALL,
+        reference: str = SMALL,
         gpus: int = 1,
         classes: int = 3,
     ) -> dict[str, Any]:
         workload = SyntheticWorkload(mix, rate, self.requests, seed)
-        report, _ = run_simulation(SimulationConfig(profile, gpus, workload, seed, classes), policies)
+        report, _ = run_simulation(SimulationConfig(reference, gpus, workload, seed, classes), policies)
         return report
 
     def _table(self, name: str, runs: list[tuple[str, dict[str, Any]]]) -> None:
@@ -175,7 +175,7 @@ class Experiments:
         policies = ["fcfs", "modserve", "modserve-rps", "rps"]
         runs = []
         for rate in (2.0, 3.0, 4.0, 5.0):
-            runs.append((f"72B 4 GPU {rate} req/s", self._run(policies, profile=LARGE, gpus=4, rate=rate)))
+            runs.append((f"72B 4 GPU {rate} req/s", self._run(policies, reference=LARGE, gpus=4, rate=rate)))
         self._table("baselines", runs)
 
     def goodput(self) -> None:

@@ -9,7 +9,7 @@
 4. a measured simulator profile (`rps_serve.sim.measured`): prefill lines from the profile, decode
    step and front-end cost from the isolated runs of step 3 (no loaded run is used), the front-end
    workers of model.json;
-5. `rps-serve simulate --profile measured.json --trace served.jsonl`, where served.jsonl is the trace
+5. `rps-serve simulate --measured measured.json --trace served.jsonl`, where served.jsonl is the trace
    with the token counts the server saw (the bench's prompts, tokenized; the model's media sizes);
 6. error of TTFT mean and P90 per modality and of TPOT mean, simulated against measured, per load:
    `fidelity.json` and a table.
@@ -39,11 +39,11 @@ import numpy as np
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.loadtest.placement import Placement
+from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
-from rps_serve.triton.repository import REPOSITORY, TINY_MODEL
 from rps_serve.triton.settings import load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
@@ -258,7 +258,7 @@ def _measure_load(
     profile_file = out / "measured.json"
     profile_file.write_text(json.dumps(measured.to_json(), indent=1) + "\n")
     simulated_file = out / "simulate.json"
-    _run([*CLI, "simulate", "--profile", str(profile_file), "--trace", str(served_file), "--seed", "0",
+    _run([*CLI, "simulate", "--measured", str(profile_file), "--trace", str(served_file), "--seed", "0",
           "--policies", ",".join(policies), "--json", str(simulated_file)])  # fmt: skip
     return compare(name, bench, json.loads(simulated_file.read_text()))
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from rps_serve.cost import features as cols
 from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.local.checkout import REPOSITORY
 from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.requests import Modality
 
@@ -53,7 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--repository", type=Path, default=REPOSITORY)
     parser.add_argument("--rate", type=float, required=True, help="arrival rate, requests per second")
     parser.add_argument("--requests", type=int, default=150)
     parser.add_argument("--out", type=Path, default=Path("out/observed-costs"))

@@ -6,9 +6,9 @@ with the device's fit (90% of every 200 consecutive requests from then on), and 
 under the online classes against the device's true classes and against the wrong fit kept frozen,
 over the whole trace and over the requests that arrived before the classes agreed.
 
-    .venv/bin/python benchmarks/online_convergence.py --device llava-onevision-qwen2-7b --slow-images 20 \
+    .venv/bin/python benchmarks/online_convergence.py --reference llava-onevision-qwen2-7b --slow-images 20 \
         --rate 10 --requests 3000 --seeds 0,1,2
-    .venv/bin/python benchmarks/online_convergence.py --device build/profile/tiny-qwen2-vl.jsonl \
+    .venv/bin/python benchmarks/online_convergence.py --profile build/profile/tiny-qwen2-vl.jsonl \
         --rate 2 --requests 1200 --seeds 0,1,2
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -44,7 +45,10 @@ def ttft_row(ttft: np.ndarray, modality: np.ndarray, sand: np.ndarray) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", required=True, help="a reference model name or a JSONL profile")
+    parser.add_argument("--reference", default=DEFAULT_REFERENCE, help="the device: a reference model")
+    parser.add_argument(
+        "--profile", type=Path, help="JSONL profile records whose prefill lines replace the reference's"
+    )
     parser.add_argument("--slow-images", type=float, default=1.0, help="image admission times this")
     parser.add_argument("--start", default=DEFAULT_REFERENCE, help="the reference fit served at first")
     parser.add_argument("--gpus", type=int, default=1)
@@ -55,7 +59,8 @@ def main() -> None:
     args = parser.parse_args()
 
     print(
-        f"device {args.device} (images x{args.slow_images:g}), started from {args.start}'s fit; "
+        f"device {args.profile or args.reference} (images x{args.slow_images:g}), "
+        f"started from {args.start}'s fit; "
         f"{args.requests} {args.mix} requests at {args.rate:g}/s; RPS TTFT in seconds"
     )
     print(
@@ -64,7 +69,7 @@ def main() -> None:
     )
     for seed in (int(s) for s in args.seeds.split(",")):
         workload = SyntheticWorkload(args.mix, args.rate, args.requests, seed)
-        config = SimulationConfig(profile=args.device, gpus=args.gpus, workload=workload, seed=seed)
+        config = SimulationConfig(args.reference, args.gpus, workload, seed, profile=args.profile)
         deployment, records = device_profile(config)
         if args.slow_images != 1.0:
             records = with_slower_images(records, args.slow_images)

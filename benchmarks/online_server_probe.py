@@ -15,14 +15,15 @@ import shutil
 import time
 from pathlib import Path
 
+from rps_serve.client import ServedClasses
 from rps_serve.cost.runtime import OnnxCostModel, agreement
 from rps_serve.loadtest.replay import build_requests, replay
 from rps_serve.loadtest.server_stats import ServedFit, scrape
+from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
+from rps_serve.local.repository import train_reference_cost_models
+from rps_serve.local.server import local_server
 from rps_serve.requests import Modality
 from rps_serve.sim.online import probe_grid
-from rps_serve.triton.client import ServedClasses
-from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
-from rps_serve.triton.server import local_server
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
@@ -34,7 +35,7 @@ CONTENT = ContentLimits(max_text_tokens=4096, max_output_tokens=8)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=Path("build/tiny-qwen2-vl"))
+    parser.add_argument("--model", type=Path, default=TINY_MODEL)
     parser.add_argument("--profile-trained", type=Path, default=REPOSITORY, help="the served model's fit")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--rate", type=float, default=2.0)

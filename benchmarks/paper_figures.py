@@ -70,14 +70,14 @@ class PaperFigures:
     def _config(
         self,
         rate: float,
-        profile: str = SMALL,
+        reference: str = SMALL,
         gpus: int = 1,
         classes: int = 3,
         shapes: str = SERVING,
         execution: Execution = Execution.EAGER,
     ) -> SimulationConfig:
         workload = SyntheticWorkload("mixed-iii", rate, self.requests, self.seed, shapes=shapes)
-        return SimulationConfig(profile, gpus, workload, self.seed, classes, execution=execution)
+        return SimulationConfig(reference, gpus, workload, self.seed, classes, execution=execution)
 
     def _run(self, key: str, config: SimulationConfig, policies: Sequence[str]) -> dict[str, Any]:
         """Every policy on one trace; the report is kept under `key` for the JSON and the claims."""
@@ -125,7 +125,7 @@ class PaperFigures:
             (f"7B 1 GPU {HIGH_LOAD_1GPU:g} req/s", self._config(HIGH_LOAD_1GPU), COLOCATED),
             (
                 f"72B 4 GPU {RATE_72B_4GPU:g} req/s",
-                self._config(RATE_72B_4GPU, profile=LARGE, gpus=4),
+                self._config(RATE_72B_4GPU, reference=LARGE, gpus=4),
                 WITH_MODSERVE,
             ),
         )
@@ -147,7 +147,7 @@ class PaperFigures:
             (f"7B 1 GPU {HIGH_LOAD_1GPU:g} req/s", self._config(HIGH_LOAD_1GPU), COLOCATED),
             (
                 f"72B 4 GPU {RATE_72B_4GPU:g} req/s",
-                self._config(RATE_72B_4GPU, profile=LARGE, gpus=4),
+                self._config(RATE_72B_4GPU, reference=LARGE, gpus=4),
                 WITH_MODSERVE,
             ),
         )
@@ -243,7 +243,7 @@ class PaperFigures:
         ]
         large = self._run(
             f"72B 4 GPU {RATE_72B_4GPU:g} req/s",
-            self._config(RATE_72B_4GPU, profile=LARGE, gpus=4),
+            self._config(RATE_72B_4GPU, reference=LARGE, gpus=4),
             WITH_MODSERVE,
         )["results"]
         ks = {k: self._run(f"k={k}", self._config(HIGH_LOAD_1GPU, classes=k), ["rps"]) for k in (2, 3, 4, 5)}

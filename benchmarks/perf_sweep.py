@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
+from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
+from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
+from rps_serve.local.server import local_server
 from rps_serve.requests import Modality
-from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
-from rps_serve.triton.server import local_server
 from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 
@@ -37,7 +38,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--inputs", type=Path, required=True, help="directory of `rps-serve perf-inputs`")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--repository", type=Path, default=REPOSITORY)
     parser.add_argument("--policy", help="override model.json's policy")
     parser.add_argument("--concurrency", default="1:4:1", help="perf_analyzer --concurrency-range")
     parser.add_argument("--measurement-ms", type=int, default=10000)

@@ -6,8 +6,8 @@ import functools
 
 import jinja2
 
+from rps_serve.local.tiny_model import QWEN_CHAT_TEMPLATE
 from rps_serve.requests import Modality
-from rps_serve.tiny_model import QWEN_CHAT_TEMPLATE
 
 
 @functools.cache

@@ -14,12 +14,11 @@ import pytest
 import tomllib
 import yaml
 
-from rps_serve.triton.repository import REPOSITORY
-from rps_serve.triton.server import REPO_ROOT
 from rps_serve.triton.settings import read_settings
 from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
+from tests.checkout import CHECKOUT, REPOSITORY
 
-DOCKER = REPO_ROOT / "docker"
+DOCKER = CHECKOUT / "docker"
 DOCKERFILE = DOCKER / "Dockerfile"
 HEALTH_READY = "/v2/health/ready"
 
@@ -94,14 +93,14 @@ def test_the_images_rps_serve_steps_run_here(tmp_path: Path) -> None:
 def test_every_copied_file_exists_and_is_not_docker_ignored() -> None:
     ignored = [
         line.strip()
-        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        for line in (CHECKOUT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
     copies = [shlex.split(arg)[:-1] for kind, arg in INSTRUCTIONS if kind == "COPY"]
     sources = [source for sources in copies for source in sources]
     assert "python_backends" in sources and "model_repository" in sources
     for source in sources:
-        assert (REPO_ROOT / source).exists(), source
+        assert (CHECKOUT / source).exists(), source
         parts = Path(source).parts
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
         assert not [p for p in ignored for prefix in prefixes if fnmatch.fnmatch(prefix, p)], source
@@ -109,7 +108,7 @@ def test_every_copied_file_exists_and_is_not_docker_ignored() -> None:
 
 def test_the_image_installs_every_runtime_dependency_of_the_package() -> None:
     """The package goes in with --no-deps, so docker/requirements.txt must name what it needs."""
-    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["dependencies"]
     required = {re.split(r"[<>=!\[; ]", d, maxsplit=1)[0].lower() for d in declared} - {"numpy"}
     lines = (DOCKER / "requirements.txt").read_text().splitlines()
     installed = {re.split(r"[<>=!\[; ]", line, maxsplit=1)[0].lower() for line in lines if line[:1].isalnum()}
@@ -134,7 +133,7 @@ def test_compose_serves_each_config_on_its_gpus() -> None:
     assert configs == {p.name for p in (DOCKER / "configs").iterdir()}
     for name, service in services.items():
         config = service["build"]["args"]["RPS_CONFIG"]
-        assert (REPO_ROOT / "docker" / service["build"]["context"]).resolve() == REPO_ROOT, name
+        assert (CHECKOUT / "docker" / service["build"]["context"]).resolve() == CHECKOUT, name
         assert (DOCKER / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == DOCKERFILE
         assert service["image"].endswith(f":{config}")
         (gpus,) = service["deploy"]["resources"]["reservations"]["devices"]

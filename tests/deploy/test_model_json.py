@@ -12,11 +12,10 @@ import pytest
 
 from rps_serve.profiles.reference import reference_model, reference_model_names
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.triton.repository import REPOSITORY
-from rps_serve.triton.server import REPO_ROOT
 from rps_serve.triton.settings import POLICY_ENV, SETTINGS_FILE, read_settings
+from tests.checkout import CHECKOUT, REPOSITORY
 
-DOCKER_CONFIGS = REPO_ROOT / "docker" / "configs"
+DOCKER_CONFIGS = CHECKOUT / "docker" / "configs"
 GPU_CONFIGS = sorted(DOCKER_CONFIGS.glob("*/model.json"))
 ALL_SETTINGS = [REPOSITORY / SETTINGS_FILE, *GPU_CONFIGS]
 

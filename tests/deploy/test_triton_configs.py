@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from rps_serve.triton.repository import REPOSITORY
+from tests.checkout import REPOSITORY
 
 CONFIGS = sorted(REPOSITORY.glob("*/config.pbtxt"))
 ENSEMBLE = "rps_ensemble"

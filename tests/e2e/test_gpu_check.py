@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 from rps_serve.cli.arguments import cost_model_source
-from rps_serve.tiny_model import Family, TinyModelSpec, build_tiny_model
-from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
-from rps_serve.triton.server import REPO_ROOT, free_port, prepare_server_tree, server_environment
+from rps_serve.local.repository import train_reference_cost_models
+from rps_serve.local.server import free_port, prepare_server_tree, server_environment
+from rps_serve.local.tiny_model import Family, TinyModelSpec, build_tiny_model
+from tests.checkout import CHECKOUT, REPOSITORY
 
-SCRIPT = REPO_ROOT / "tools" / "gpu_check.sh"
+SCRIPT = CHECKOUT / "tools" / "gpu_check.sh"
 REQUESTS = 8
 REPEATS = 2
 

@@ -8,8 +8,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rps_serve.client import Tally
 from rps_serve.cost.runtime import REPORT_FILE
-from rps_serve.triton.client import Tally
+from rps_serve.local.checkout import REPOSITORY
 from rps_serve.workload.mixes import MIXES
 from rps_serve.workload.shapes import ISOLATION, SHAPES
 from rps_serve.workload.source import DEFAULT_MIX, SyntheticWorkload, TraceFile, Workload
@@ -81,9 +82,7 @@ def add_local_server_arguments(
     parser: argparse.ArgumentParser, default_model: str = "the tiny model, built if missing"
 ) -> None:
     """What `repository_and_model` reads: the repository to serve and the model to run."""
-    parser.add_argument(
-        "--repository", type=Path, metavar="DIR", default=Path("model_repository"), help="model repository"
-    )
+    parser.add_argument("--repository", type=Path, metavar="DIR", default=REPOSITORY, help="model repository")
     parser.add_argument(
         "--model", type=Path, metavar="DIR", help=f"model directory (default: {default_model})"
     )
@@ -91,8 +90,9 @@ def add_local_server_arguments(
 
 def repository_and_model(args: argparse.Namespace) -> Path:
     """The model a local server runs (`--model`, else the tiny model, built if missing), with the
-    repository's cost models made for it if they are missing (`triton.repository.ensure_cost_models`)."""
-    from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
+    repository's cost models made for it if they are missing (`local.repository.ensure_cost_models`)."""
+    from rps_serve.local.checkout import TINY_MODEL
+    from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
 
     model = Path(args.model) if args.model is not None else TINY_MODEL
     if args.model is None:

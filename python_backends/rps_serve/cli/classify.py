@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rps_serve.client import ServedClasses
 from rps_serve.cost.runtime import CostModelRunner, OnnxCostModel
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
-from rps_serve.triton.client import ServedClasses
 
 
 def add_parser(commands: Any) -> None:

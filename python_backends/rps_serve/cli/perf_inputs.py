@@ -28,7 +28,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rps_serve.loadtest.perf_inputs import perf_input_files
-    from rps_serve.triton.repository import TINY_MODEL
+    from rps_serve.local.checkout import TINY_MODEL
     from rps_serve.workload.request_format import RequestFormat
 
     served = RequestFormat.of_model(args.model or TINY_MODEL)

@@ -35,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from rps_serve.triton.repository import TINY_MODEL, ensure_cost_models, ensure_tiny_model
-    from rps_serve.triton.server import Ports, local_server
+    from rps_serve.local.checkout import TINY_MODEL
+    from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
+    from rps_serve.local.server import Ports, local_server
     from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV, SETTINGS_FILE, read_settings
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 

@@ -11,7 +11,6 @@ from rps_serve.cli.arguments import add_policies_argument, add_workload_argument
 from rps_serve.cli.train import add_reference_argument
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES
 from rps_serve.metrics import policy_table
-from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model_names
 from rps_serve.sim.hardware import Execution
 from rps_serve.sim.run import SimulationConfig, default_shapes, run_simulation
 from rps_serve.sim.simulator import POLICY_VARIANTS
@@ -21,11 +20,20 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "simulate", help="simulate the vLLM V1 engine at H100 scale under several policies"
     )
-    parser.add_argument(
+    add_reference_argument(parser, "the simulated model (its H100 prefill lines, its sizes)")
+    device = parser.add_mutually_exclusive_group()
+    device.add_argument(
         "--profile",
-        default=DEFAULT_REFERENCE,
-        help=f"reference model ({', '.join(reference_model_names())}), a JSONL profile file or a measured"
-        " profile (.json, benchmarks/fidelity.py)",
+        type=Path,
+        metavar="FILE",
+        help="JSONL profile records (rps-serve profile): the prefill lines fitted to them replace the"
+        " reference's; sizes stay the reference's",
+    )
+    device.add_argument(
+        "--measured",
+        type=Path,
+        metavar="FILE",
+        help="a measured serving stack (.json, benchmarks/fidelity.py): sets the whole device",
     )
     parser.add_argument("--gpus", type=int, default=1, help="GPUs (tensor parallel; modserve splits them)")
     add_workload_arguments(parser)
@@ -39,7 +47,6 @@ def add_parser(commands: Any) -> None:
         default=Execution.GRAPH.value,
         help="CUDA graphs (vLLM's default) or eager (--enforce-eager, as the paper served)",
     )
-    add_reference_argument(parser, "model sizes (weights, KV per token) for a --profile file")
     parser.add_argument("--profile-gpus", type=int, default=1, help="GPUs a --profile file was measured on")
     parser.add_argument("--json", type=Path, metavar="FILE", required=True, help="where to write the results")
     parser.add_argument(
@@ -50,13 +57,14 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = SimulationConfig(
-        profile=args.profile,
         gpus=args.gpus,
-        workload=workload(args, default_shapes(args.profile)),
+        workload=workload(args, default_shapes(args.reference, args.profile, args.measured)),
         seed=args.seed,
         classes=args.classes,
         reference=args.reference,
+        profile=args.profile,
         profile_gpus=args.profile_gpus,
+        measured=args.measured,
         execution=Execution(args.execution),
     )
     report, outcomes = run_simulation(config, policies(args))
@@ -67,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from rps_serve.plots import plot_ttft_cdf
 
-        title = f"{args.profile}, {args.gpus} GPU, {config.workload.describe()}"
+        title = f"{config.describe()}, {args.gpus} GPU, {config.workload.describe()}"
         plot_ttft_cdf({name: outcome.records for name, outcome in outcomes.items()}, args.plot, title)
         print(f"wrote {args.plot}")
     return 0

@@ -39,7 +39,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rps_serve.loadtest.soak import CYCLE_HEADER, SoakConfig, cycle_row, run_soak
-    from rps_serve.triton.server import local_server
+    from rps_serve.local.server import local_server
     from rps_serve.triton.settings import MODEL_ENV
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
     from rps_serve.workload.request_format import RequestFormat

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def add_parser(commands: Any) -> None:
-    from rps_serve.tiny_model import Family
+    from rps_serve.local.tiny_model import Family
 
     parser = commands.add_parser(
         "make-tiny-model", help="build a tiny random multimodal model offline (tests, CPU demo)"
@@ -29,8 +29,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rps_serve.local.tiny_model import Family, TinyModelSpec, build_tiny_model
     from rps_serve.requests import Modality
-    from rps_serve.tiny_model import Family, TinyModelSpec, build_tiny_model
     from rps_serve.workload.request_format import RequestFormat
 
     spec = TinyModelSpec(

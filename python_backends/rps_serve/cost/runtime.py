@@ -55,7 +55,7 @@ def _session(model: Path | bytes) -> ort.InferenceSession:
 
 class Assesses(Protocol):
     """Anything that says how it would class requests: a cost model here, or a running server
-    (`triton.client.ServedClasses`)."""
+    (`client.ServedClasses`)."""
 
     def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]: ...
 

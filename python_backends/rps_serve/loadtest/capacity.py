@@ -15,10 +15,10 @@ from itertools import count
 
 import numpy as np
 
+from rps_serve.client import Generation, StreamClient
 from rps_serve.loadtest.replay import Replayed, drain_allowance_s, generation
 from rps_serve.metrics import RequestRecords
 from rps_serve.triton import protocol as p
-from rps_serve.triton.client import Generation, StreamClient
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.request_format import RequestFormat

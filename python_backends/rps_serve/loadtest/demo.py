@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.client import Tally
 from rps_serve.comparison import HEADLINE_METRICS, Ratio, ratio_rows, steady
 from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale
 from rps_serve.cost.training import fit_of_report
@@ -46,12 +47,11 @@ from rps_serve.loadtest.placement import Placement, process_usage, usage_during
 from rps_serve.loadtest.replay import Replayed, build_requests, replay
 from rps_serve.loadtest.run_analysis import STAGES, pooled, summarize
 from rps_serve.loadtest.server_stats import ServedFit, scrape
+from rps_serve.local.server import Endpoints, local_server
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
 from rps_serve.scheduling.regulator import starvation_bound_s
-from rps_serve.triton.client import Tally
-from rps_serve.triton.server import Endpoints, local_server
 from rps_serve.triton.settings import (
     FRONT_END_ENV,
     MODEL_ENV,

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.client import Tally
 from rps_serve.loadtest.gpu import GpuSampler
 from rps_serve.loadtest.replay import build_requests, drain_allowance_s, one_at_a_time, replay, warm_up
 from rps_serve.loadtest.server_stats import scrape
 from rps_serve.loadtest.stages import stage_breakdown
 from rps_serve.metrics import RequestRecords, grouped_metrics, slo_metrics
 from rps_serve.requests import Modality
-from rps_serve.triton.client import Tally
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.source import SyntheticWorkload, Workload

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.client import Generation
 from rps_serve.loadtest.replay import build_requests
 from rps_serve.requests import Modality
-from rps_serve.triton.client import Generation
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.request_format import RequestFormat

@@ -10,10 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rps_serve.metrics import RequestRecords, concatenate_records
-from rps_serve.requests import RequestClass
-from rps_serve.triton import protocol as p
-from rps_serve.triton.client import (
+from rps_serve.client import (
     Generation,
     StreamClient,
     StreamResult,
@@ -21,6 +18,9 @@ from rps_serve.triton.client import (
     encode_image,
     encode_video,
 )
+from rps_serve.metrics import RequestRecords, concatenate_records
+from rps_serve.requests import RequestClass
+from rps_serve.triton import protocol as p
 from rps_serve.workload.content import ContentLimits, RequestContent, plan_content
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.shapes import RequestKind

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.client import Generation, StreamClient
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.server_stats import (
     MetricsSnapshot,
@@ -31,9 +32,8 @@ from rps_serve.loadtest.server_stats import (
     server_process,
     tree_rss_by_process,
 )
+from rps_serve.local.server import Endpoints
 from rps_serve.triton import protocol as p
-from rps_serve.triton.client import Generation, StreamClient
-from rps_serve.triton.server import Endpoints
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
 

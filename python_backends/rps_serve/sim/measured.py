@@ -1,4 +1,4 @@
-"""A simulator profile of a measured serving stack (the CPU test stack), for `simulate --profile FILE.json`.
+"""A simulator profile of a measured serving stack (the CPU test stack), for `simulate --measured FILE.json`.
 
 Built from two kinds of isolated runs, never from a loaded run:
 - engine: prefill lines per modality from `rps-serve profile` records (lower-quartile lines: a
@@ -121,10 +121,6 @@ class MeasuredProfile:
         fields["lines"] = {Modality(m): PrefillLine(**line) for m, line in raw["lines"].items()}
         fields["front_end_s"] = {Modality(m): float(s) for m, s in raw["front_end_s"].items()}
         return cls(**fields)
-
-
-def is_measured_profile(path: Path) -> bool:
-    return path.suffix == ".json" and path.is_file()
 
 
 def read_measured_profile(path: Path) -> MeasuredProfile:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,13 @@ from rps_serve.cost.classifier import naive_level
 from rps_serve.cost.training import CostModel, TrainingOptions, fit_cost_model
 from rps_serve.metrics import grouped_metrics, slo_metrics
 from rps_serve.profiles.records import ProfileRecord, read_records
-from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model, reference_model_names
+from rps_serve.profiles.reference import reference_model
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
 from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
 from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import Execution, model_spec
-from rps_serve.sim.measured import is_measured_profile, read_measured_profile, with_chunk_cap
+from rps_serve.sim.measured import read_measured_profile, with_chunk_cap
 from rps_serve.sim.online import trace_features
 from rps_serve.sim.routing import Routing
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
@@ -40,21 +40,43 @@ SERVING_SHAPES_PROFILES = "llava-onevision-"
 class SimulationConfig:
     """What one `simulate` run needs besides the policies.
 
-    `profile` is a reference model name, a JSONL profile file or a measured profile (`.json`,
-    `sim.measured`); a JSONL file is taken as measured on `profile_gpus` GPUs with the sizes of
-    `reference` (KV bytes per token, weights). `seed` drives the reference profile's records and the
-    classifier's k-means; the workload has its own. `execution` applies to the H100 profiles (a
-    measured profile's steps are what was measured).
+    The simulated device is `reference` (a published H100 model: its prefill lines and its sizes, KV
+    bytes per token and weights), with the prefill lines fitted to `profile` instead where one is given
+    (JSONL records of isolated runs on `profile_gpus` GPUs), or a measured serving stack (`measured`,
+    `sim.measured`), which sets everything. `seed` drives the reference profile's records and the
+    classifier's k-means; the workload has its own. `execution` applies to the H100 devices (a
+    measured stack's steps are what was measured).
     """
 
-    profile: str
+    reference: str
     gpus: int
     workload: Workload
     seed: int = 0
     classes: int = 3
-    reference: str = DEFAULT_REFERENCE
+    profile: Path | None = None
     profile_gpus: int = 1
+    measured: Path | None = None
     execution: Execution = Execution.GRAPH
+
+    def __post_init__(self) -> None:
+        if self.profile is not None and self.measured is not None:
+            raise ValueError("a profile file and a measured stack both set the device: give one")
+
+    def describe(self) -> str:
+        """The simulated device, as a title names it."""
+        return str(self.measured or self.profile or self.reference)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference,
+            "profile": None if self.profile is None else str(self.profile),
+            "profile_gpus": self.profile_gpus,
+            "measured": None if self.measured is None else str(self.measured),
+            "gpus": self.gpus,
+            "seed": self.seed,
+            "classes": self.classes,
+            "execution": self.execution.value,
+        }
 
 
 @dataclass(frozen=True)
@@ -68,39 +90,26 @@ class SimulationSetup:
     num_levels: int
 
 
-def default_shapes(profile: str) -> str:
-    """The paper's serving shapes for the LLaVA-OneVision reference profiles (the models the paper
-    served), the isolated-run shapes for everything else."""
-    return SERVING if profile.startswith(SERVING_SHAPES_PROFILES) else ISOLATION
+def default_shapes(reference: str, profile: Path | None = None, measured: Path | None = None) -> str:
+    """The paper's serving shapes for the LLaVA-OneVision reference devices (the models the paper
+    served), the isolated-run shapes for a profile file or a measured stack."""
+    on_reference = profile is None and measured is None
+    return SERVING if on_reference and reference.startswith(SERVING_SHAPES_PROFILES) else ISOLATION
 
 
 def device_profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
-    """The simulated device of `config.profile`, and the profile its cost model is trained on."""
-    if config.profile in reference_model_names():
-        spec = model_spec(config.profile)
-        deployment = Deployment(
-            spec,
-            config.gpus,
-            reference_model(config.profile).lines,
-            spec.profile_gpus,
-            execution=config.execution,
-        )
-        return deployment, reference_profile(config.profile, seed=config.seed)
-    path = Path(config.profile)
-    if is_measured_profile(path):
-        measured = read_measured_profile(path)
+    """The simulated device of `config`, and the profile its cost model is trained on."""
+    if config.measured is not None:
+        measured = read_measured_profile(config.measured)
         return measured.deployment(), reference_profile(measured.cost_profile, seed=config.seed)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is neither a profile file nor a reference model ({', '.join(reference_model_names())})"
-        )
-    records = list(read_records(path))
+    spec = model_spec(config.reference)
+    if config.profile is None:
+        lines = reference_model(config.reference).lines
+        deployment = Deployment(spec, config.gpus, lines, spec.profile_gpus, execution=config.execution)
+        return deployment, reference_profile(config.reference, seed=config.seed)
+    records = list(read_records(config.profile))
     deployment = Deployment(
-        model_spec(config.reference),
-        config.gpus,
-        fit_lines(records),
-        config.profile_gpus,
-        execution=config.execution,
+        spec, config.gpus, fit_lines(records), config.profile_gpus, execution=config.execution
     )
     return deployment, records
 
@@ -185,8 +194,7 @@ def run_simulation(
         results[name] = policy_result(outcomes[name], slo)
     report = {
         "config": {
-            **{k: v for k, v in asdict(config).items() if k not in ("workload", "execution")},
-            "execution": config.execution.value,
+            **config.to_json(),
             **config.workload.to_json(),
             "policies": list(policies),
             "kv_capacity_tokens": setup.deployment.engine_config(setup.deployment.gpus).kv_capacity_tokens,

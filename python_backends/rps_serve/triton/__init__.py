@@ -1,1 +1,2 @@
-"""The code behind `model_repository/`: request parsing, media, engine setup, metrics, local server."""
+"""The code behind `model_repository/`, run inside tritonserver: request parsing, media, engine setup,
+metrics."""

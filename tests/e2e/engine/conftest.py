@@ -39,7 +39,7 @@ BLOCK_SIZE = 32  # the CPU backend's default is 128; small blocks make KV pressu
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
+    from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
 
     out = tmp_path_factory.mktemp("tiny-qwen2-vl")
     build_tiny_model(

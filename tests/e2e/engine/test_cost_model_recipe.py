@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 from rps_serve.cost.runtime import REPORT_FILE
+from rps_serve.local.repository import cost_models_present, ensure_cost_models
 from rps_serve.profiles.records import read_records
-from rps_serve.triton.repository import REPOSITORY, cost_models_present, ensure_cost_models
+from tests.checkout import REPOSITORY
 
 
 def test_missing_cost_models_are_trained_on_a_profile_of_the_served_model(

@@ -18,18 +18,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rps_serve.client import Generation, StreamClient, StreamResult, encode_image, encode_video
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.loadtest.server_stats import MetricsSnapshot, scrape
+from rps_serve.local.repository import train_reference_cost_models
+from rps_serve.local.server import Endpoints, local_server
+from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.requests import Modality, RequestFeatures
-from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.triton import protocol as p
-from rps_serve.triton.client import Generation, StreamClient, StreamResult, encode_image, encode_video
-from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
-from rps_serve.triton.server import Endpoints, local_server
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
+from tests.checkout import REPOSITORY
 from tests.prompts import chat_prompt
 
 # 224x224 image -> 64 placeholder tokens; videos are sampled to 8 frames of 224x224 -> 256.

@@ -11,10 +11,10 @@ from rps_serve.cli import main
 from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
 from rps_serve.loadtest.perf_inputs import perf_input_files
 from rps_serve.requests import Modality, RequestClass
-from rps_serve.triton.server import REPO_ROOT
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, write_trace
+from tests.checkout import CHECKOUT
 from tests.e2e.triton.conftest import Server
 from tests.hardware import HAS_NVIDIA_DRIVER
 
@@ -113,7 +113,7 @@ def test_bench_takes_slos_from_a_file(server: Server, tmp_path: Path) -> None:
 def test_perf_analyzer_runs_on_the_ensemble(server: Server, tmp_path: Path) -> None:
     """The real binary (from the tritonclient 2.51 wheel, fetched once into build/) on text requests."""
     # From the tritonclient 2.51 wheel on PyPI, which the set-up needs anyway: no registry is a failure.
-    binary = ensure_perf_analyzer(REPO_ROOT / "build" / "perf_analyzer")
+    binary = ensure_perf_analyzer(CHECKOUT / "build" / "perf_analyzer")
     served = RequestFormat.of_model(_model(server))
     files = perf_input_files(tmp_path / "inputs", served, per_modality=2, seed=0, max_tokens=4)
     run = PerfRun(server.endpoints.grpc_url, "rps_ensemble", files[Modality.TEXT], tmp_path / "text.csv",

@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from rps_serve.client import ServedClasses
 from rps_serve.cost.online import OnlineOptions
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
 from rps_serve.loadtest.server_stats import MetricsSnapshot, ServedFit
 from rps_serve.requests import Modality
-from rps_serve.triton.client import ServedClasses
 from tests.e2e.triton.conftest import PROBES, VLLM_MODEL, Requests, Server, metrics, run, start_server
 
 ONLINE = OnlineOptions(interval_s=1.0, min_new_records=10, min_records=4)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from rps_serve.client import Generation, StreamClient, encode_video, infer_inputs
 from rps_serve.cost import features as cols
 from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
-from rps_serve.triton.client import Generation, StreamClient, encode_video, infer_inputs
 from rps_serve.workload.media import random_video
 from rps_serve.workload.request_format import RequestFormat
 from tests.e2e.triton.conftest import ENSEMBLE, PROBES, VLLM_MODEL, Requests, Server, run
@@ -170,7 +170,7 @@ def test_a_running_server_says_how_it_would_class_a_request(
     when it does not refit them: it answers as those files do offline, for texts, images and videos
     of several sizes."""
     from rps_serve.cli import main
-    from rps_serve.triton.client import ServedClasses
+    from rps_serve.client import ServedClasses
 
     assert ServedFit.of(scrape(server.endpoints.metrics_url)) is None  # it does not refit online
     served = ServedClasses(server.endpoints.grpc_url)

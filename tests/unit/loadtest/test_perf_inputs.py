@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from rps_serve.cli import main
+from rps_serve.client import Generation
 from rps_serve.loadtest.perf_inputs import perf_input_data
 from rps_serve.triton import protocol as p
-from rps_serve.triton.client import Generation
 from rps_serve.workload.request_format import MediaShape
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rps_serve.client import Tally
 from rps_serve.comparison import ratio_rows
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
@@ -17,12 +18,12 @@ from rps_serve.loadtest.demo import LoadRuns, PolicyRun, fit_lines, ratio_table,
 from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.server_stats import ServedFit
 from rps_serve.loadtest.stages import pooled_stages
+from rps_serve.local.repository import train_reference_cost_models
 from rps_serve.metrics import RequestRecords
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
-from rps_serve.triton.client import Tally
-from rps_serve.triton.repository import REPOSITORY, train_reference_cost_models
 from rps_serve.triton.settings import SETTINGS_FILE
+from tests.checkout import REPOSITORY
 
 
 def _stages(requests: float, queue: float, work: float, first_token: float) -> dict[str, float | None]:

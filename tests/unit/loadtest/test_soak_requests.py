@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from itertools import islice
 
+from rps_serve.client import Generation
 from rps_serve.loadtest.capacity import request_stream
 from rps_serve.loadtest.soak import SOAK_CONTENT
-from rps_serve.triton.client import Generation
 from rps_serve.workload.request_format import RequestFormat
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from rps_serve.sim.frontend import PreprocessCosts, worker_pool
-from rps_serve.triton.repository import REPOSITORY
 from rps_serve.triton.settings import SETTINGS_FILE
+from tests.checkout import REPOSITORY
 
 
 def test_one_worker_in_arrival_order_queues_each_job_behind_the_earlier_ones() -> None:

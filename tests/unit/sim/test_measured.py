@@ -1,5 +1,5 @@
 """Measured simulator profiles: robust line fits, the front end from isolated runs, and
-`rps-serve simulate --profile FILE.json --trace FILE`."""
+`rps-serve simulate --measured FILE.json --trace FILE`."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_simulate_replays_a_trace_file_on_a_measured_profile(tmp_path: Path) -> 
     trace_file = tmp_path / "trace.jsonl"
     write_trace(trace_file, served)
     out = tmp_path / "sim.json"
-    argv = ["simulate", "--profile", str(profile_file), "--trace", str(trace_file), "--policies", "fcfs,rps",
+    argv = ["simulate", "--measured", str(profile_file), "--trace", str(trace_file), "--policies", "fcfs,rps",
             "--json", str(out)]  # fmt: skip
     assert main(argv) == 0
     report = json.loads(out.read_text())
@@ -133,4 +133,4 @@ def test_simulate_replays_a_trace_file_on_a_measured_profile(tmp_path: Path) -> 
         assert result["completed"] == len(served)
         counts = {m.value: int((served.modality == m.index).sum()) for m in Modality}
         assert {m: result["by_modality"][m]["count"] for m in counts} == counts
-    assert main(["simulate", "--profile", str(profile_file), "--json", str(out)]) == 2  # no rate, no trace
+    assert main(["simulate", "--measured", str(profile_file), "--json", str(out)]) == 2  # no rate, no trace

@@ -20,7 +20,7 @@ from rps_serve.workload.source import SyntheticWorkload
 def test_the_classes_converge_to_the_devices_own_fit() -> None:
     workload = SyntheticWorkload("mixed-iii", 1.0, 1200, seed=0)
     deployment, records = device_profile(
-        SimulationConfig(profile=DEFAULT_REFERENCE, gpus=1, workload=workload)
+        SimulationConfig(gpus=1, workload=workload, reference=DEFAULT_REFERENCE)
     )
     records = with_slower_images(records, 20.0)
     deployment = replace(deployment, lines=fit_lines(records))

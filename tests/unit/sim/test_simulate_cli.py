@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from rps_serve.cli import main
-from rps_serve.sim.run import SimulationConfig, prepare, run_policy
+from rps_serve.profiles.records import write_records
+from rps_serve.profiles.synthetic import reference_profile, with_slower_images
+from rps_serve.requests import Modality
+from rps_serve.sim.run import SimulationConfig, default_shapes, device_profile, prepare, run_policy
 from rps_serve.workload.source import SyntheticWorkload
 from rps_serve.workload.trace import read_trace
 
@@ -27,7 +30,7 @@ def test_simulate_writes_the_documented_json(tmp_path: Path, capsys: pytest.Capt
     out = tmp_path / "sim.json"
     plot = tmp_path / "ttft.png"
     argv = [
-        "simulate", "--profile", "llava-onevision-qwen2-7b", "--gpus", "1", "--mix", "mixed-iii",
+        "simulate", "--reference", "llava-onevision-qwen2-7b", "--gpus", "1", "--mix", "mixed-iii",
         "--rate", "4", "--requests", "150", "--seed", "1", "--policies", "fcfs,rps,modserve-rps",
         "--json", str(out), "--plot", str(plot),
     ]  # fmt: skip
@@ -119,3 +122,31 @@ def test_modserve_needs_two_gpus() -> None:
     )
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         run_policy(setup, "modserve")
+
+
+def test_a_profile_file_sets_the_lines_and_the_reference_the_sizes(tmp_path: Path) -> None:
+    reference = "llava-onevision-qwen2-7b"
+    profile = tmp_path / "slow-images.jsonl"
+    write_records(profile, with_slower_images(reference_profile(reference, per_kind=60), 20.0))
+    workload = SyntheticWorkload("mixed-iii", 2.0, 10)
+    published = device_profile(SimulationConfig(reference, 1, workload))[0]
+    fitted = device_profile(SimulationConfig(reference, 1, workload, profile=profile))[0]
+    assert fitted.spec == published.spec  # weights and KV bytes per token: the reference's
+    image, text = Modality.IMAGE, Modality.TEXT
+    assert fitted.lines[image].slope > 10 * published.lines[image].slope
+    assert fitted.lines[text].slope == pytest.approx(published.lines[text].slope, rel=0.2)
+    assert default_shapes(reference) == "serving" and default_shapes(reference, profile) == "isolation"
+
+
+def test_a_profile_file_and_a_measured_stack_are_one_device_too_many(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    both = ["--profile", str(tmp_path / "p.jsonl"), "--measured", str(tmp_path / "m.json")]
+    argv = ["simulate", *both, "--rate", "1", "--requests", "10", "--json", str(tmp_path / "out.json")]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and "not allowed with" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="give one"):
+        SimulationConfig(
+            "x", 1, SyntheticWorkload("mixed-iii", 1.0, 1), profile=Path("p"), measured=Path("m")
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rps_serve.triton.client import encode_image, encode_video
+from rps_serve.client import encode_image, encode_video
 from rps_serve.triton.media import (
     MediaLimits,
     decode_image,

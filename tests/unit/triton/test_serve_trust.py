@@ -8,8 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from rps_serve.triton.repository import REPOSITORY
-from rps_serve.triton.server import ONNX_STAND_IN
+from rps_serve.local.server import ONNX_STAND_IN
+from tests.checkout import REPOSITORY
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3] / "python_backends"
 ENTRY_POINTS = [*sorted(REPOSITORY.glob("*/1/model.py")), ONNX_STAND_IN]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.triton.server import (
+from rps_serve.local.server import (
     SHM_DIR,
     SHM_PREFIX,
     Ports,
@@ -105,7 +105,7 @@ def test_chosen_ports_are_distinct_free_and_outside_the_kernels_own_range() -> N
     import random
     import socket
 
-    from rps_serve.triton.server import EPHEMERAL_PORTS, Ports
+    from rps_serve.local.server import EPHEMERAL_PORTS, Ports
 
     low = int(EPHEMERAL_PORTS.read_text().split()[0])
     for _ in range(20):

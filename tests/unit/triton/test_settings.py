@@ -10,8 +10,8 @@ import pytest
 
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.triton.repository import REPOSITORY
 from rps_serve.triton.settings import FrontEndMode, load_settings, read_settings
+from tests.checkout import REPOSITORY
 
 
 @pytest.fixture

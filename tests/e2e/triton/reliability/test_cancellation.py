@@ -8,9 +8,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rps_serve.client import Generation, StreamClient, StreamResult
 from rps_serve.loadtest.server_stats import MetricsSnapshot
 from rps_serve.requests import Modality
-from rps_serve.triton.client import Generation, StreamClient, StreamResult
 from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, serves, wait_drained
 from tests.e2e.triton.reliability.conftest import LIMITS
 

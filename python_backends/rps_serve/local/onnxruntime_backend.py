@@ -4,11 +4,15 @@ The tritonserver in the nvidia-pytriton wheel has no ONNX Runtime backend. Trito
 `backends/<name>/` holding a `model.py` as a Python-based backend, so a model with
 `platform: "onnxruntime_onnx"` loads unchanged: this file runs `<model>/<version>/model.onnx` with the
 onnxruntime package. Inputs and outputs are those listed in the model's config.pbtxt. On NVIDIA's
-containers the real backend serves the same repository.
+containers the real backend serves the same repository. The launcher (`local.server`) copies this
+file into its server tree; nothing imports it.
 """
+
+from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -18,7 +22,7 @@ from rps_serve.triton.protocol import attributed
 
 
 class TritonPythonModel:
-    def initialize(self, args):
+    def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         path = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
         if not path.is_file():
@@ -32,7 +36,7 @@ class TritonPythonModel:
         self.inputs = [(i["name"], pb_utils.triton_string_to_numpy(i["data_type"])) for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
 
-    def execute(self, requests):
+    def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
             try:

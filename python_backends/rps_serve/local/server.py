@@ -1,7 +1,7 @@
 """A local Triton Inference Server (the binary in the nvidia-pytriton wheel) bound to 127.0.0.1.
 
 The wheel's tree is copied once into a writable directory, where the Python-backend stub for this
-interpreter and the ONNX Runtime stand-in (`tools/onnxruntime_backend/model.py`) are added: the
+interpreter and the ONNX Runtime stand-in (`local/onnxruntime_backend.py`) are added: the
 bundle has no ONNX Runtime backend, and Triton serves a `backends/<name>/model.py` as a Python-based
 backend, so a repository written for the real backend loads unchanged. The stub runs its Python in
 isolated mode and finds the virtualenv only through `PATH`, so the venv's bin goes first.
@@ -32,12 +32,13 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 SHM_DIR = Path("/dev/shm")
 # The shared-memory regions of a launcher's server are named after it (`local_server`), so that what a
 # server leaves behind, however it ended, can be found and removed.
 SHM_PREFIX = "rps-serve"
-ONNX_STAND_IN = REPO_ROOT / "tools" / "onnxruntime_backend" / "model.py"
+ONNX_STAND_IN = Path(__file__).with_name(
+    "onnxruntime_backend.py"
+)  # copied in as backends/onnxruntime/model.py
 LOCALHOST = "127.0.0.1"
 # Room for a decoded video in one shared-memory region instead of growing it 1 MB at a time.
 PYTHON_SHM_BYTES = 64 * 1024 * 1024
@@ -117,8 +118,6 @@ def prepare_server_tree(workdir: Path) -> Path:
     target = tree / "backends" / "python" / stub.name
     if not target.is_file() or target.stat().st_size != stub.stat().st_size:
         shutil.copy2(stub, target)  # not over a running stub ("text file busy")
-    if not ONNX_STAND_IN.is_file():
-        raise FileNotFoundError(f"{ONNX_STAND_IN} is missing: run from a checkout of the repository")
     onnx_backend = tree / "backends" / "onnxruntime"
     onnx_backend.mkdir(parents=True, exist_ok=True)
     shutil.copy2(ONNX_STAND_IN, onnx_backend / "model.py")

@@ -8,19 +8,16 @@ from pathlib import Path
 
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, onnx_path
 from rps_serve.cost.training import TrainingOptions, train_cost_model
+from rps_serve.local.checkout import PROFILES
+from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.profiles.synthetic import reference_profile
-from rps_serve.tiny_model import TinyModelSpec, build_tiny_model
-from rps_serve.triton.server import REPO_ROOT
 from rps_serve.triton.settings import SETTINGS_FILE, read_settings
 from rps_serve.workload_profiler.isolated import profile_served_model
 
 logger = logging.getLogger(__name__)
 
-REPOSITORY = REPO_ROOT / "model_repository"
-TINY_MODEL = REPO_ROOT / "build" / "tiny-qwen2-vl"  # model.json's default "model"
-PROFILES = REPO_ROOT / "build" / "profile"  # where `make model-repository` keeps the tiny model's
 PROFILE_REPEATS = 2  # runs of every planned request, as `make model-repository` profiles
 
 
