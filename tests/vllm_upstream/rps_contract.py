@@ -10,7 +10,8 @@ if the internal it names stops behaving as the plug-in assumes:
 - `_preempt_request` puts the request back in `self.waiting` and counts the preemption;
 - a request taken out of `self.waiting` for one call is not scheduled, and is after (the decode hold).
 Then the plug-in's own decisions on that scheduler: the class order for a free slot, eviction under KV
-pressure (from lighter to heavier, never under FCFS, at most `max_preemptions` times per request).
+pressure (from lighter to heavier, one a step, never under FCFS, at most `max_preemptions` times per
+request).
 """
 
 from __future__ import annotations
@@ -197,6 +198,27 @@ def test_under_kv_pressure_waiting_sand_evicts_a_running_rock(async_scheduling: 
     assert "sand" in step.num_scheduled_tokens and "rock" not in step.num_scheduled_tokens
     assert scheduler.evictions[ROCK] == 1 and scheduler.requests["rock"].num_preemptions == 1
     assert [r.request_id for r in scheduler.waiting] == ["rock"]
+
+
+def test_waiting_sand_evicts_one_rock_a_step(async_scheduling: bool) -> None:
+    # The simulator's scenario (tests/unit/sim/test_engine.py): two rocks fill the cache when two
+    # sand requests arrive that fit only once a rock is gone; the first step evicts one rock, not two.
+    scheduler = _rps_scheduler(
+        async_scheduling,
+        policy=Policy.RPS,
+        num_blocks=2 * ROCK_BLOCKS + 3,  # both rocks' blocks, one null block, two to spare
+        aging_time_scale=1.0,
+    )
+    for name in ("rock-0", "rock-1"):
+        scheduler.add_request(_request(name, ROCK, ROCK_BLOCKS * BLOCK_SIZE - 8, max_tokens=100))
+    while any(r.num_computed_tokens < r.num_prompt_tokens for r in scheduler.running) or scheduler.waiting:
+        _feed(scheduler, scheduler.schedule())
+    for name in ("sand-0", "sand-1"):
+        scheduler.add_request(_request(name, SAND, (ROCK_BLOCKS - 1) * BLOCK_SIZE))
+    scheduler.schedule()
+    assert scheduler.evictions[ROCK] == 1
+    rocks = (scheduler.requests["rock-0"], scheduler.requests["rock-1"])
+    assert sorted(r.num_preemptions for r in rocks) == [0, 1]
 
 
 def test_fcfs_never_evicts_for_a_waiting_request(async_scheduling: bool) -> None:

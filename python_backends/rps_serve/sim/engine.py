@@ -7,8 +7,9 @@ Each step, as vLLM V1 does it:
    the heaviest class, latest arrival first, as vLLM's priority policy picks with the class level as
    the priority, which is what the plug-in hands it) until it can;
 2. if nothing was preempted, waiting requests in policy order while budget, sequence slots, KV blocks
-   and the encoder budget last; a waiting request that does not fit may evict a running one where the
-   policy's `PreemptionRule` allows it (never under FCFS);
+   and the encoder budget last; the head of the queue, if the KV cache cannot hold it, may evict one
+   running request where the policy's `PreemptionRule` allows it (never under FCFS): one eviction a
+   step, for the head only, as the plug-in evicts before it hands the step to vLLM;
    in both phases a prefill chunk is also limited by vLLM's `long_prefill_token_threshold`, which the
    class-aware chunk cap sets for the step (`prefill_chunk_cap`, as the vLLM plug-in does) while the
    best waiting request is of a lighter class than a running prefill;
@@ -277,7 +278,9 @@ class Engine:
                 break  # a free sequence slot comes with the next finished request: no eviction for it
             need = int(_blocks(chunk, config.block_size))
             if need > self.free_blocks:
-                index = None if self.rule is None else self._evict_for(request, removed)
+                # The plug-in's rule: one eviction a step, for the head of the queue.
+                first = not admitted and not evicted
+                index = self._evict_for(request, removed) if self.rule is not None and first else None
                 if index is None:
                     break
                 victim = int(self.running[index])
