@@ -27,7 +27,7 @@ from rps_serve.profiles.lines import fit_line, modality_points
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
-from rps_serve.scheduling.parameters import FRONT_END_WORKERS, Policy
+from rps_serve.scheduling.parameters import FRONT_END_WORKERS
 from rps_serve.sim.engine import EngineConfig
 from rps_serve.sim.frontend import PreprocessCosts
 from rps_serve.sim.hardware import ModelSpec
@@ -177,11 +177,14 @@ def decode_costs(context_tokens: np.ndarray, tpot_s: np.ndarray, token_s: float)
 
 
 def with_chunk_cap(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
-    """RPS on a measured stack runs with the served plug-in's chunk cap, as the server does."""
+    """A policy of the plug-in on a measured stack runs with the served plug-in's chunk cap, as the
+    plug-in applies it (under every policy of its own that orders by class; stock vLLM has none)."""
+    row = variant.policy.row
     if (
         isinstance(deployment, MeasuredDeployment)
-        and variant.policy is Policy.RPS
-        and variant.chunk_cap_tokens == 0
+        and row.by_class
+        and not row.stock
+        and not variant.chunk_cap_tokens
     ):
         return replace(variant, chunk_cap_tokens=deployment.rps_chunk_cap_tokens)
     return variant

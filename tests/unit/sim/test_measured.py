@@ -100,12 +100,14 @@ def test_front_end_is_what_the_server_adds_to_the_engine() -> None:
     assert _profile(front).deployment().isolated_ttft_s(trace) == pytest.approx(engine + added)
 
 
-def test_profile_round_trips_and_rps_gets_the_plug_ins_chunk_cap() -> None:
+def test_profile_round_trips_and_class_aware_policies_get_the_plug_ins_chunk_cap() -> None:
     profile = _profile({Modality.TEXT: 0.03, Modality.IMAGE: 0.1, Modality.VIDEO: 0.2})
     assert MeasuredProfile.from_json(json.loads(json.dumps(profile.to_json()))) == profile
     deployment = profile.deployment()
     assert with_chunk_cap(policy_variant("rps"), deployment).chunk_cap_tokens == 256
-    assert with_chunk_cap(policy_variant("fcfs"), deployment).chunk_cap_tokens == 0
+    assert with_chunk_cap(policy_variant("static"), deployment).chunk_cap_tokens == 256  # as the plug-in
+    for stock in ("fcfs", "vllm-priority"):  # vLLM's own scheduler: no cap
+        assert with_chunk_cap(policy_variant(stock), deployment).chunk_cap_tokens == 0
     timing = deployment.timing(1)
     assert timing.decode_step_s == 0.004 and timing.kv_token_s == 5e-7
     assert deployment.engine_config(1).kv_capacity_tokens == 200_000
