@@ -1,10 +1,13 @@
 """Paired comparison of serving policies: a candidate's metric over a baseline's, with a 95% interval.
 
 Every policy replays the same trace for seed i, so a policy's evidence is one `RequestRecords` per
-seed, in seed order. A hierarchical paired bootstrap resamples seeds (the same seeds for both
-policies: that is the pairing, and it cancels the trace-to-trace scatter both policies share) and,
-within each drawn seed, that policy's requests. A claim such as "0.6x the baseline's text P90 TTFT"
-holds only if the interval's high end does.
+seed, in seed order, and row j of seed i is the same request (the same content, sent at the same
+moment) under every policy. A hierarchical paired bootstrap resamples seeds, then within each drawn
+seed its requests, drawing the same seeds and the same requests for both policies: that is the
+pairing. It cancels the scatter both policies share, from trace to trace (a seed with more videos is
+slower under both) and from request to request (a resample holding more long prompts has a higher
+text P90 under both), and keeps what differs between the policies' runs of the same requests. A claim
+such as "0.6x the baseline's text P90 TTFT" holds only if the interval's high end does.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ class Ratio:
     high: float
     seeds: int
     requests: int  # candidate requests pooled over the seeds
+    per_seed: tuple[float, ...] = ()  # the ratio of each seed's runs alone, in seed order
 
     def differs(self) -> bool:
         """Whether the interval excludes 1."""
@@ -150,7 +154,8 @@ class _Pool:
 
     def draw(self, rng: np.random.Generator, seeds: np.ndarray) -> np.ndarray:
         """Row indices of one resample: for every drawn seed, as many of its rows as it has, with
-        replacement. A seed drawn twice contributes twice; a seed with no rows contributes none."""
+        replacement. A seed drawn twice contributes twice; a seed with no rows contributes none. Pools
+        of the same seeds' sizes index the same requests with the same draw."""
         counts = self.sizes[seeds]
         starts = np.repeat(self.offsets[seeds], counts)
         spans = np.repeat(counts, counts)
@@ -178,9 +183,10 @@ def paired_ratio(
     """`metric` of the pooled candidate runs over that of the pooled baseline runs, with a
     hierarchical paired bootstrap percentile interval.
 
-    `candidate[i]` and `baseline[i]` are the two policies' runs of seed i's trace. Each resample
-    draws seeds with replacement, the same seeds for both policies, then resamples each drawn seed's
-    requests with replacement within each policy, pools them per policy and takes the ratio.
+    `candidate[i]` and `baseline[i]` are the two policies' runs of seed i's trace, row j of each the
+    same request. Each resample draws seeds with replacement, then each drawn seed's requests with
+    replacement, the same seeds and requests for both policies, pools them per policy and takes the
+    ratio.
     """
     if len(candidate) != len(baseline):
         raise ValueError(f"candidate has {len(candidate)} runs and baseline {len(baseline)}: not paired")
@@ -192,24 +198,27 @@ def paired_ratio(
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
 
     cand, base = _Pool.of(candidate), _Pool.of(baseline)
+    if not np.array_equal(cand.sizes, base.sizes):
+        raise ValueError(
+            f"requests per seed differ (candidate {cand.sizes.tolist()}, baseline {base.sizes.tolist()}): "
+            "not the same traces"
+        )
     estimate = _ratio(metric.of(cand.records), metric.of(base.records))
 
     rng = np.random.Generator(np.random.PCG64(seed))
     n = len(candidate)
     ratios = np.empty(resamples)
     for b in range(resamples):
-        seeds = rng.integers(0, n, size=n)
-        ratios[b] = _ratio(
-            metric.of(cand.records.select(cand.draw(rng, seeds))),
-            metric.of(base.records.select(base.draw(rng, seeds))),
-        )
+        rows = cand.draw(rng, rng.integers(0, n, size=n))
+        ratios[b] = _ratio(metric.of(cand.records.select(rows)), metric.of(base.records.select(rows)))
     finite = ratios[np.isfinite(ratios)]
     if finite.size:
         tail = 100 * (1 - confidence) / 2
         low, high = (float(v) for v in np.percentile(finite, [tail, 100 - tail]))
     else:
         low = high = math.nan
-    return Ratio(estimate, low, high, seeds=n, requests=int(cand.sizes.sum()))
+    per_seed = tuple(_ratio(metric.of(c), metric.of(b)) for c, b in zip(candidate, baseline, strict=True))
+    return Ratio(estimate, low, high, seeds=n, requests=int(cand.sizes.sum()), per_seed=per_seed)
 
 
 def ratio_rows(

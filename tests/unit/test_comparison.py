@@ -52,14 +52,25 @@ def _trace(seed: int, n: int = 300) -> tuple[np.ndarray, np.ndarray]:
     return rng.exponential(1.0, n), rng.choice([0, 1, 2], size=n, p=[0.6, 0.25, 0.15])
 
 
-def _policy(scales: list[float], text_only: bool = False) -> list[RequestRecords]:
-    """Seed i's trace with every TTFT (or only the text TTFTs) multiplied by scales[i]."""
+def _policy(scales: list[float], text_only: bool = False, noise: int | None = None) -> list[RequestRecords]:
+    """Seed i's trace with every TTFT (or only the text TTFTs) multiplied by scales[i]; with `noise`
+    (a seed), each request's TTFT also by its own lognormal factor (median 1, sigma 0.3): a policy's run
+    of the same requests that scatters around the scaled trace."""
     runs = []
     for seed, scale in enumerate(scales):
         ttft, modality = _trace(seed)
         factor = np.where(modality == Modality.TEXT.index, scale, 1.0) if text_only else scale
+        if noise is not None:
+            factor = factor * np.random.default_rng([noise, seed]).lognormal(0.0, 0.3, len(ttft))
         runs.append(_run(ttft * factor, modality))
     return runs
+
+
+def _permuted(runs: list[RequestRecords], seed: int = 0) -> list[RequestRecords]:
+    """The same runs with each run's rows shuffled: every seed's requests as before, but row j no
+    longer the same request as the other policy's row j."""
+    rng = np.random.default_rng(seed)
+    return [run.select(rng.permutation(len(run.arrival_s))) for run in runs]
 
 
 def test_headline_metrics_are_the_six_named() -> None:
@@ -122,8 +133,7 @@ def test_identical_policies_differ_by_nothing() -> None:
     for metric in HEADLINE_METRICS:
         ratio = paired_ratio(runs, runs, metric, resamples=400)
         assert ratio.estimate == 1.0
-        assert ratio.low <= 1.0 <= ratio.high
-        assert ratio.low < ratio.high  # within-seed resampling is independent per policy
+        assert ratio.low == ratio.high == 1.0  # every resample draws the same requests for both
         assert not ratio.differs()
         assert ratio.verdict() == "no difference measured"
         assert ratio.seeds == 4 and ratio.requests == 4 * 300
@@ -134,7 +144,8 @@ def test_halved_text_ttft_is_half_and_faster() -> None:
     candidate = _policy([0.5] * 5, text_only=True)
     ratio = paired_ratio(candidate, baseline, TEXT_P90)
     assert ratio.estimate == pytest.approx(0.5, rel=1e-12)
-    assert ratio.low < 0.5 < ratio.high
+    assert ratio.low <= 0.5 <= ratio.high
+    assert ratio.per_seed == pytest.approx([0.5] * 5, rel=1e-12)
     assert ratio.differs()
     assert ratio.verdict() == "faster"
     assert ratio.meets(0.6)
@@ -145,30 +156,52 @@ def test_halved_text_ttft_is_half_and_faster() -> None:
 
 
 def test_between_seed_scatter_widens_the_interval() -> None:
-    baseline = _policy([1.0] * 5)
-    steady_scale = paired_ratio(_policy([0.7] * 5), baseline, TEXT_MEAN)
+    baseline = _policy([1.0] * 5, noise=1)
+    steady_scale = paired_ratio(_policy([0.7] * 5, noise=2), baseline, TEXT_MEAN)
     # Same mean scale over the seeds, but each seed's candidate is much better or much worse.
-    scattered = paired_ratio(_policy([0.1, 1.6, 0.3, 1.2, 0.3]), baseline, TEXT_MEAN)
-    assert steady_scale.estimate == pytest.approx(0.7)
+    scattered = paired_ratio(_policy([0.1, 1.6, 0.3, 1.2, 0.3], noise=2), baseline, TEXT_MEAN)
+    assert steady_scale.estimate == pytest.approx(0.7, rel=0.05)
     assert (scattered.high - scattered.low) > 3 * (steady_scale.high - steady_scale.low)
     assert steady_scale.differs() and not scattered.differs()
 
 
 def test_pairing_cancels_scatter_both_policies_share() -> None:
-    # The traces themselves differ a lot from seed to seed, the same way for both policies: pairing
-    # by seed keeps that shared scatter out of the interval.
+    # The traces differ a lot from seed to seed and the requests within a trace too, the same way for
+    # both policies; each policy's run scatters around its own scale. Pairing seeds and requests keeps
+    # the shared scatter out of the interval: breaking the request pairing (the same rows, shuffled)
+    # leaves the estimate alone and widens the interval.
     shared = [0.2, 3.0, 1.0, 0.5, 2.0]
-    baseline = _policy(shared)
-    candidate = _policy([0.8 * s for s in shared])
-    ratio = paired_ratio(candidate, baseline, TEXT_MEAN)
-    assert ratio.estimate == pytest.approx(0.8)
-    assert 0.6 < ratio.low < 0.8 < ratio.high < 1.0
+    baseline = _policy(shared, noise=1)
+    candidate = _policy([0.8 * s for s in shared], noise=2)
+    for metric in (TEXT_MEAN, TEXT_P90):
+        paired = paired_ratio(candidate, baseline, metric)
+        unpaired = paired_ratio(_permuted(candidate), baseline, metric)
+        assert paired.estimate == pytest.approx(unpaired.estimate, rel=1e-12)
+        assert paired.low < 0.8 < paired.high < 1.0
+        assert (unpaired.high - unpaired.low) > 1.25 * (paired.high - paired.low)
+
+
+def test_the_interval_covers_the_true_ratio() -> None:
+    # 40 experiments of 3 paired seeds, the candidate 0.8x the baseline in distribution, each run
+    # scattering on its own: the 95% interval must hold 0.8 in most of them and exclude 1 in most
+    # (neither overconfident nor blind at this size).
+    held = excluded_one = 0
+    for experiment in range(40):
+        baseline = _policy([1.0] * 3, noise=100 + experiment)
+        candidate = _policy([0.8] * 3, noise=200 + experiment)
+        ratio = paired_ratio(candidate, baseline, TEXT_MEAN, resamples=300, seed=experiment)
+        held += ratio.low <= 0.8 <= ratio.high
+        excluded_one += ratio.differs()
+    assert held >= 34
+    assert excluded_one >= 30
 
 
 def test_unpaired_or_empty_evidence_is_refused() -> None:
     runs = _policy([1.0] * 3)
     with pytest.raises(ValueError):
         paired_ratio(runs, runs[:2], TEXT_P90)
+    with pytest.raises(ValueError, match="not the same traces"):
+        paired_ratio(runs, [runs[0].select(np.arange(299)), *runs[1:]], TEXT_P90)
     with pytest.raises(ValueError):
         paired_ratio([], [], TEXT_P90)
 

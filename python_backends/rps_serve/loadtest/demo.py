@@ -333,7 +333,8 @@ def stage_table(stages: dict[str, dict[str, Any]]) -> str:
 
 def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str = CANDIDATE) -> str:
     """`candidate` over each baseline, each headline metric with its 95% interval and, where the
-    interval includes 1, "no difference measured" in place of a direction."""
+    interval includes 1, "no difference measured" in place of a direction; then the first metric's
+    ratio in each seed alone (how much of the pooled ratio every seed shows)."""
     if not ratios:
         return ""
     names = [m.name for m in HEADLINE_METRICS]
@@ -346,6 +347,9 @@ def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str = CANDIDATE)
         f"(steady state, {first.seeds} paired seeds, {first.requests} {candidate} requests; "
         "= : no difference measured, the interval includes 1)"
     )
+    for baseline, by_metric in ratios.items():
+        seeds = ", ".join(f"{r:.2f}x" for r in by_metric[names[0]].per_seed)
+        lines.append(f"{candidate} / {baseline} {names[0]}, each seed alone: {seeds}")
     return "\n".join(lines)
 
 

@@ -89,6 +89,7 @@ def test_the_ratio_table_shows_each_interval_and_marks_those_that_include_one() 
     video = ratios["fcfs"]["video mean TTFT"]
     assert video.verdict() == "no difference measured"
     assert f"{video} =" in row
+    assert "rps / fcfs text P90 TTFT, each seed alone: 0.50x, 0.50x, 0.50x" in ratio_table(ratios)
     assert ratio_table({}) == ""
 
 
