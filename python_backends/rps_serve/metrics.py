@@ -87,6 +87,31 @@ class RequestRecords:
             kind=None if self.kind is None else self.kind[mask],
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """Every column as a list (NaN where a request did not get that far), for `from_json`."""
+        columns = ("arrival_s", "first_token_s", "finish_s", "output_tokens", "modality", "level", "kind")
+        values = {name: getattr(self, name) for name in columns}
+        return {
+            **{name: None if value is None else value.tolist() for name, value in values.items()},
+            "num_levels": self.num_levels,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RequestRecords:
+        def column(name: str, dtype: type) -> np.ndarray:
+            return np.asarray(data[name], dtype=dtype)
+
+        return cls(
+            arrival_s=column("arrival_s", float),
+            first_token_s=column("first_token_s", float),
+            finish_s=column("finish_s", float),
+            output_tokens=column("output_tokens", int),
+            modality=column("modality", int),
+            level=column("level", int),
+            num_levels=int(data["num_levels"]),
+            kind=None if data["kind"] is None else column("kind", int),
+        )
+
     def steady_state(self, trim: float = STEADY_STATE_TRIM) -> np.ndarray:
         """Mask of the requests that arrived after the first `trim` and before the last `trim` of the
         arrivals: without the ramp-up (an engine that starts empty) and the drain (nothing arrives

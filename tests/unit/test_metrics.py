@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -79,3 +82,16 @@ def test_the_steady_state_leaves_out_ramp_up_and_drain() -> None:
     assert kept.arrival_s.min() >= arrival[99] and kept.arrival_s.max() <= arrival[900]
     outside = (records.arrival_s < kept.arrival_s.min()) | (records.arrival_s > kept.arrival_s.max())
     assert np.array_equal(~steady, outside)
+
+
+def test_records_read_back_from_json_as_written() -> None:
+    for records in (_records(), replace(_records(), kind=np.array([0, 1, 2, 3]), num_levels=5)):
+        again = RequestRecords.from_json(json.loads(json.dumps(records.to_json())))
+        assert again.num_levels == records.num_levels
+        for name in ("arrival_s", "first_token_s", "finish_s", "output_tokens", "modality", "level"):
+            expected, got = getattr(records, name), getattr(again, name)
+            assert got.dtype.kind == expected.dtype.kind
+            assert np.array_equal(got, expected, equal_nan=expected.dtype.kind == "f")
+        assert (again.kind is None) == (records.kind is None)
+        if records.kind is not None:
+            assert np.array_equal(again.kind, records.kind)

@@ -541,10 +541,12 @@ def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
 
 def _run_summary(run: PolicyRun) -> dict[str, Any]:
     """One run's steady-state headline metrics, its engine summary and processes, to see how far runs
-    of one policy scatter and why."""
+    of one policy scatter and why, and every request's record (`RequestRecords.from_json` reads them
+    back, to compute any ratio again)."""
     (records,) = steady([run.bench.records])
     return {
         **{m.name: m.of(records) for m in HEADLINE_METRICS},
+        "records": run.bench.records.to_json(),
         "engine": run.analysis["engine"],
         "loop_lag_s": run.analysis["loop_lag_s"],
         "run_log": run.analysis["run_log"],
