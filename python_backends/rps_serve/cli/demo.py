@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         DemoConfig,
         engine_table,
         fit_lines,
+        machine_speed_lines,
         process_table,
         ratio_table,
         run_demo,
@@ -132,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         analysis = load.analysis()
         print(engine_table(analysis))
+        for line in machine_speed_lines(load):
+            print(line)
         print(run_stage_table(analysis))
         print(process_table(load.runs))
         for policy, tally in load.tallies().items():

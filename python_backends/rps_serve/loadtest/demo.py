@@ -8,11 +8,14 @@ The method:
   device; every run records which process ran where and the CPU seconds it used;
 - load: open-loop Poisson at fractions of the open-loop capacity, the highest rate at which FCFS's
   backlog stays bounded, found by bisection (`loadtest.capacity`) below the closed-loop rate;
-- evidence: `repeats` seeds, each a trace every policy replays (paired), the policies interleaved, a
-  fresh server for every run (`fresh_servers`; without it, as in the short demo, each policy's seeds
-  run one after another on one server, drained in between, the policies in turn: a server's start
-  costs a minute on two cores); only the steady state counts (arrivals between the first and last
-  10%); every ratio carries a 95% paired-bootstrap interval over seeds and requests (`rps_serve.comparison`);
+- evidence: `repeats` seeds, each a trace every policy replays (paired), the policies interleaved
+  (each seed's in an order rotated from the seed before: `run_order`), a fresh server for every run
+  (`fresh_servers`; without it, as in the short demo, each policy's seeds run one after another on
+  one server, drained in between, the policies in turn: a server's start costs a minute on two
+  cores); only the steady state counts (arrivals between the first and last 10%); every ratio
+  carries a 95% paired-bootstrap interval over seeds and requests (`rps_serve.comparison`); every
+  run's machine speed is measured from its own steps, and seeds whose paired runs found the machine
+  at different speeds are named (`machine_speed_lines`);
 - where time goes: each server writes a run log (`triton.run_log`): per engine step, the loop's lag,
   and each request's stages, summarized over the steady window (`loadtest.run_analysis`).
 """
@@ -23,6 +26,7 @@ import functools
 import itertools
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
@@ -82,6 +86,9 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("fcfs", "TPOT mean", 1.1),
     ("fcfs", "video P99 TTFT", 1.5),
 )
+# Paired runs whose machine speed (`machine_speed_lines`) differs by more than this are flagged: the
+# same runs of one policy on this machine scatter by about 6% in it.
+SPEED_TOLERANCE = 0.15
 
 
 @dataclass(frozen=True)
@@ -189,17 +196,25 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
         progress(f"[{next(counter)}/{total}] {line}")
 
     for load in loads:
-        # Which seeds share a server: each run its own, or each policy's seeds one.
-        batches = (
-            [(policy, [repeat]) for repeat in range(config.repeats) for policy in config.policies]
-            if config.fresh_servers
-            else [(policy, list(range(config.repeats))) for policy in config.policies]
-        )
-        for policy, repeats in batches:
+        for policy, repeats in run_order(config.policies, config.repeats, config.fresh_servers):
             name = f"{policy}-{load.rate:.2f}-" + "-".join(str(r + 1) for r in repeats)
             runs = _runs_on_one_server(config, placement, policy, name, load.rate, repeats, run_started)
             load.runs.setdefault(policy, []).extend(runs)
     return DemoRuns(loads, placement, closed, opened)
+
+
+def run_order(policies: Sequence[str], repeats: int, fresh_servers: bool) -> list[tuple[str, list[int]]]:
+    """The servers in the order they run, each with the seeds it replays. With `fresh_servers`, one
+    server a run, seed by seed, each seed's policies in an order rotated by one from the seed before
+    (seed i starts with policy i): no policy always runs last of a seed, when the machine's speed
+    drifts. Without, one server per policy, its seeds one after another."""
+    if not fresh_servers:
+        return [(policy, list(range(repeats))) for policy in policies]
+    order = []
+    for repeat in range(repeats):
+        shift = repeat % len(policies)
+        order += [(policy, [repeat]) for policy in [*policies[shift:], *policies[:shift]]]
+    return order
 
 
 def _runs_on_one_server(
@@ -440,6 +455,7 @@ def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
         ("step_ms_mean", "step ms", "{:.1f}"),
         ("step_ms_per_decode", "step/decode ms", "{:.1f}"),
         ("decode_step_ms", "decode-only ms", "{:.1f}"),
+        ("lone_decode_step_ms", "lone decode ms", "{:.2f}"),
         ("mixed_step_ms", "with-prefill ms", "{:.1f}"),
         ("prefill_share", "prefill steps", "{:.0%}"),
         ("running", "running", "{:.1f}"),
@@ -454,6 +470,35 @@ def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
         cells.append(_format("{:.1f}", None if "p99" not in lag else 1000 * lag["p99"]))
         lines.append(f"{policy:<22}" + "".join(f" {c:>15}" for c in cells))
     return "\n".join(lines)
+
+
+def machine_speed_lines(load: LoadRuns, tolerance: float = SPEED_TOLERANCE) -> list[str]:
+    """Each run's machine speed (its median step that decodes one request alone, the same work under
+    every policy), then every seed whose candidate and baseline runs differ in it by more than
+    `tolerance`: there the machine's speed moved between the two runs, and that seed's ratios measure
+    the machine as well as the policies."""
+
+    def speed(run: PolicyRun) -> float:
+        return float(run.analysis["engine"].get("lone_decode_step_ms", math.nan))
+
+    speeds = {policy: [speed(run) for run in runs] for policy, runs in load.runs.items()}
+    lines = [
+        "machine speed, the median step decoding one request alone (ms), per seed: "
+        + "; ".join(
+            f"{policy} {', '.join(_format('{:.2f}', v) for v in values)}" for policy, values in speeds.items()
+        )
+    ]
+    if CANDIDATE not in speeds:
+        return lines
+    for baseline, values in speeds.items():
+        for seed, (mine, theirs) in enumerate(zip(speeds[CANDIDATE], values, strict=True)):
+            if baseline != CANDIDATE and abs(mine / theirs - 1) > tolerance:
+                lines.append(
+                    f"seed {seed}: {CANDIDATE}'s run found the machine {abs(mine / theirs - 1):.0%} "
+                    f"{'slower' if mine > theirs else 'faster'} than {baseline}'s ({mine:.2f} ms against "
+                    f"{theirs:.2f}): this seed's ratios to {baseline} measure the machine as well"
+                )
+    return lines
 
 
 def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
@@ -512,6 +557,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
                 "results": results,
                 f"{CANDIDATE}_ratios": ratios,
                 "targets": target_lines(load, config.repository),
+                "machine_speed": machine_speed_lines(load),
                 "cost_model": fit_lines(load, config.repository),
             }
         )

@@ -46,6 +46,8 @@ def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str
     step_ms = np.array([s["step_ms"] for s in timed])
     prefill = np.array([s["prefill_tokens"] for s in timed])
     decode = np.array([s["decode_requests"] for s in timed])
+    encoder = np.array([s["encoder_inputs"] for s in timed])
+    lone_decode = step_ms[(prefill == 0) & (decode == 1) & (encoder == 0)]
     return {
         "steps": float(len(timed)),
         "busy": float(step_ms.sum() / 1000 / window_s),
@@ -60,7 +62,11 @@ def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str
         "decode_requests_per_step": float(decode.mean()),
         "running": float(np.mean([s["running"] for s in timed])),
         "waiting": float(np.mean([s["waiting"] for s in timed])),
-        "encoder_inputs": float(sum(s["encoder_inputs"] for s in timed)),
+        "encoder_inputs": float(encoder.sum()),
+        # The machine's speed, whatever the policy: a step that decodes one token of one request and
+        # nothing else costs the same under every order, so runs whose medians differ ran on a
+        # machine whose speed moved between them.
+        "lone_decode_step_ms": float(np.median(lone_decode)) if lone_decode.size else math.nan,
         "preemptions": float(sum(s["preempted"] for s in steps)),
     }
 

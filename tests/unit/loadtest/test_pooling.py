@@ -14,7 +14,15 @@ from rps_serve.client import Tally
 from rps_serve.comparison import ratio_rows
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.demo import LoadRuns, PolicyRun, fit_lines, ratio_table, target_lines
+from rps_serve.loadtest.demo import (
+    LoadRuns,
+    PolicyRun,
+    fit_lines,
+    machine_speed_lines,
+    ratio_table,
+    run_order,
+    target_lines,
+)
 from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.server_stats import ServedFit
 from rps_serve.loadtest.stages import pooled_stages
@@ -134,3 +142,38 @@ def test_the_demo_says_which_fit_each_policy_served_and_how_it_moved(tmp_path: P
     assert "from 100 observed prefills, boundaries moved 1 times" in lines[1]
     slope_ms = trained[Modality.TEXT].slope * 1e3
     assert f"text {slope_ms:.3g} -> {2 * slope_ms:.3g} ms/token" in lines[1]
+
+
+def test_seeds_whose_runs_found_the_machine_at_other_speeds_are_named() -> None:
+    bench = BenchRun(_records(np.ones(10), np.ones(2)), Tally(12, 12, 0, 0, 0), None, {}, {})
+
+    def runs(*speeds: float) -> list[PolicyRun]:
+        engine = [{"lone_decode_step_ms": ms} for ms in speeds]
+        return [PolicyRun(bench, {"engine": e, "loop_lag_s": {}, "stages": {}}, [], None) for e in engine]
+
+    load = LoadRuns(2.0, 0.9, {"fcfs": runs(4.0, 5.0, 5.0), "vllm-priority": runs(5.6, 5.0, 4.0),
+                               "rps": runs(5.6, 5.2, 4.52)})  # fmt: skip
+    first, *flagged = machine_speed_lines(load)
+    assert first.endswith("fcfs 4.00, 5.00, 5.00; vllm-priority 5.60, 5.00, 4.00; rps 5.60, 5.20, 4.52")
+    # Seed 0 against fcfs: 40% slower; seed 2 against fcfs 10% faster and against vllm-priority 13%
+    # slower, both within the tolerance.
+    assert flagged == [
+        "seed 0: rps's run found the machine 40% slower than fcfs's (5.60 ms against 4.00): "
+        "this seed's ratios to fcfs measure the machine as well"
+    ]
+    assert machine_speed_lines(load, tolerance=0.11)[1:] == [
+        flagged[0],
+        "seed 2: rps's run found the machine 13% slower than vllm-priority's (4.52 ms against 4.00): "
+        "this seed's ratios to vllm-priority measure the machine as well",
+    ]
+
+
+def test_each_seed_runs_its_policies_in_a_rotated_order() -> None:
+    policies = ["fcfs", "vllm-priority", "rps"]
+    order = run_order(policies, 4, fresh_servers=True)
+    assert [policy for policy, _ in order] == [*policies, *policies[1:], policies[0], policies[2],
+                                               *policies[:2], *policies]  # fmt: skip
+    assert [seeds for _, seeds in order] == [[r] for r in range(4) for _ in policies]
+    for policy in policies:  # every policy's runs in seed order, as the pairing needs
+        assert [seeds[0] for p, seeds in order if p == policy] == [0, 1, 2, 3]
+    assert run_order(policies, 4, fresh_servers=False) == [(p, [0, 1, 2, 3]) for p in policies]

@@ -48,6 +48,7 @@ def test_the_window_keeps_only_its_own_steps_lags_and_requests(tmp_path: Path) -
     # Every step decodes 3 requests: each sits through the mean step.
     assert engine["step_ms_per_decode"] == pytest.approx(engine["step_ms_mean"])
     assert engine["prefill_share"] == 0.25 and engine["waiting"] == 0.5 and engine["preemptions"] == 0
+    assert engine["lone_decode_step_ms"] != engine["lone_decode_step_ms"]  # no step decoded one alone
     assert summary["loop_lag_s"]["max"] == 0.010
     stages = summary["stages"]
     assert set(stages) == {"sand", "rocks"} and stages["sand"]["requests"] == 2
@@ -60,3 +61,15 @@ def test_pooled_stages_weigh_each_run_by_its_requests(tmp_path: Path) -> None:
     both = pooled([one, other])
     assert both["stages"]["sand"]["requests"] == 4
     assert both["stages"]["sand"]["engine_queue_s"] == pytest.approx((3 * 1.0 + 2.0) / 4)
+
+
+def test_the_machine_speed_is_the_median_step_decoding_one_request_alone(tmp_path: Path) -> None:
+    lone = [_step(1.0 + i, ms, 0, 1, 0) for i, ms in enumerate((4.0, 5.0, 9.0))]
+    others = [
+        _step(5.0, 1.0, 0, 2, 0),  # two decoding
+        _step(6.0, 2.0, 100, 1, 0),  # a prefill beside the decode
+        {**_step(7.0, 3.0, 0, 1, 0), "encoder_inputs": 1},  # an encoder run beside it
+        {"kind": "step", "t": 8.0, "running": 0, "waiting": 0, "kv": 0.0, "preempted": 0},  # untimed
+    ]
+    path = _write(tmp_path / "run.jsonl", [*lone, *others])
+    assert summarize(path, 0.0, 10.0)["engine"]["lone_decode_step_ms"] == 5.0
