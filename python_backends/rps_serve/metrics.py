@@ -18,6 +18,16 @@ PERCENTILES = (50, 90, 95, 99)
 SLO_SCALES = (1.0, 2.0, 3.0, 4.0)
 STEADY_STATE_TRIM = 0.1
 
+# `RequestRecords`' columns every record has, with the type `RequestRecords.from_json` reads each as.
+_COLUMN_TYPES: dict[str, type] = {
+    "arrival_s": float,
+    "first_token_s": float,
+    "finish_s": float,
+    "output_tokens": int,
+    "modality": int,
+    "level": int,
+}
+
 Summary = dict[str, float | None]
 Metrics = dict[str, Any]
 
@@ -89,27 +99,18 @@ class RequestRecords:
 
     def to_json(self) -> dict[str, Any]:
         """Every column as a list (NaN where a request did not get that far), for `from_json`."""
-        columns = ("arrival_s", "first_token_s", "finish_s", "output_tokens", "modality", "level", "kind")
-        values = {name: getattr(self, name) for name in columns}
         return {
-            **{name: None if value is None else value.tolist() for name, value in values.items()},
+            **{name: getattr(self, name).tolist() for name in _COLUMN_TYPES},
+            "kind": None if self.kind is None else self.kind.tolist(),
             "num_levels": self.num_levels,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RequestRecords:
-        def column(name: str, dtype: type) -> np.ndarray:
-            return np.asarray(data[name], dtype=dtype)
-
         return cls(
-            arrival_s=column("arrival_s", float),
-            first_token_s=column("first_token_s", float),
-            finish_s=column("finish_s", float),
-            output_tokens=column("output_tokens", int),
-            modality=column("modality", int),
-            level=column("level", int),
+            **{name: np.asarray(data[name], dtype=dtype) for name, dtype in _COLUMN_TYPES.items()},
             num_levels=int(data["num_levels"]),
-            kind=None if data["kind"] is None else column("kind", int),
+            kind=None if data["kind"] is None else np.asarray(data["kind"], dtype=int),
         )
 
     def steady_state(self, trim: float = STEADY_STATE_TRIM) -> np.ndarray:

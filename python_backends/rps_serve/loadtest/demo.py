@@ -490,12 +490,14 @@ def machine_speed_lines(load: LoadRuns, tolerance: float = SPEED_TOLERANCE) -> l
     ]
     if CANDIDATE not in speeds:
         return lines
-    for baseline, values in speeds.items():
+    baselines = {policy: values for policy, values in speeds.items() if policy != CANDIDATE}
+    for baseline, values in baselines.items():
         for seed, (mine, theirs) in enumerate(zip(speeds[CANDIDATE], values, strict=True)):
-            if baseline != CANDIDATE and abs(mine / theirs - 1) > tolerance:
+            change = mine / theirs - 1
+            if abs(change) > tolerance:
                 lines.append(
-                    f"seed {seed}: {CANDIDATE}'s run found the machine {abs(mine / theirs - 1):.0%} "
-                    f"{'slower' if mine > theirs else 'faster'} than {baseline}'s ({mine:.2f} ms against "
+                    f"seed {seed}: {CANDIDATE}'s run found the machine {abs(change):.0%} "
+                    f"{'slower' if change > 0 else 'faster'} than {baseline}'s ({mine:.2f} ms against "
                     f"{theirs:.2f}): this seed's ratios to {baseline} measure the machine as well"
                 )
     return lines
