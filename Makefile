@@ -72,8 +72,9 @@ model-repository: $(ONNX)
 # stock vLLM FCFS and RPS: the open-loop capacity first (20 s closed loop for a ceiling, two probes
 # below it), then 3 paired seeds of 120 requests per policy at 0.9x of it (where there is a queue to
 # order), the engine's worker on a core of its own, each policy on a fresh server; TTFT per modality,
-# RPS's ratios with their 95% intervals, where the time went (about 14 minutes on 2 cores). `make
-# compare` adds the other baselines and a second load.
+# RPS's ratios with their 95% intervals, where the time went (about 14 minutes on 2 cores; a few more
+# where a seed's runs found the machine at different speeds and it runs again). `make compare` adds
+# the other baselines and a second load.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve demo --server-per-policy --policies fcfs,rps --load-fraction 0.9 --calibrate-s 20 \
 		--probes 2 --probe-s 45 --requests 120 --out $(OUT)/demo

@@ -60,6 +60,14 @@ def add_parser(commands: Any) -> None:
         "fresh server for every run",
     )
     parser.add_argument(
+        "--speed-reruns",
+        type=int,
+        default=1,
+        help="run a seed again (every policy), at most this many times, while its runs found the machine "
+        "at speeds too far apart (the median step decoding one request alone; docs/load-testing.md); "
+        "0: never",
+    )
+    parser.add_argument(
         "--out", type=Path, metavar="DIR", default=Path("out/demo"), help="results, plots and server logs"
     )
     parser.set_defaults(handler=run)
@@ -97,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         front_end=args.front_end,
         pin=not args.no_pin,
         fresh_servers=not args.server_per_policy,
+        speed_reruns=args.speed_reruns,
     )
     pace = (
         f"at {args.rate} req/s"
@@ -135,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
         print(engine_table(analysis))
         for line in machine_speed_lines(load):
             print(line)
+        if load.first_run_ratios is not None:
+            print("the same ratios over each seed's first runs (the runs set aside in place of those kept):")
+            print(ratio_table(load.first_run_ratios))
         print(run_stage_table(analysis))
         print(process_table(load.runs))
         for policy, tally in load.tallies().items():

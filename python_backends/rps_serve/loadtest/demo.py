@@ -8,14 +8,18 @@ The method:
   device; every run records which process ran where and the CPU seconds it used;
 - load: open-loop Poisson at fractions of the open-loop capacity, the highest rate at which FCFS's
   backlog stays bounded, found by bisection (`loadtest.capacity`) below the closed-loop rate;
-- evidence: `repeats` seeds, each a trace every policy replays (paired), the policies interleaved
+- evidence: `repeats` seeds, each a trace every policy replays (paired) and each holding the mix's
+  proportions and the rate exactly (stratified: every seed offers the load the fraction names, as
+  every probe of the capacity search does), the policies interleaved
   (each seed's in an order rotated from the seed before: `run_order`), a fresh server for every run
   (`fresh_servers`; without it, as in the short demo, each policy's seeds run one after another on
   one server, drained in between, the policies in turn: a server's start costs a minute on two
   cores); only the steady state counts (arrivals between the first and last 10%); every ratio
   carries a 95% paired-bootstrap interval over seeds and requests (`rps_serve.comparison`); every
-  run's machine speed is measured from its own steps, and seeds whose paired runs found the machine
-  at different speeds are named (`machine_speed_lines`);
+  run's machine speed is measured from its own steps, and a seed whose paired runs found the machine
+  at different speeds is run again, every policy, up to `speed_reruns` times, the runs closest in
+  speed kept and the others set aside (`SetAside`, in `demo.json`); a seed still apart is named
+  (`machine_speed_lines`);
 - where time goes: each server writes a run log (`triton.run_log`): per engine step, the loop's lag,
   and each request's stages, summarized over the steady window (`loadtest.run_analysis`).
 """
@@ -86,8 +90,8 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("fcfs", "TPOT mean", 1.1),
     ("fcfs", "video P99 TTFT", 1.5),
 )
-# Paired runs whose machine speed (`machine_speed_lines`) differs by more than this are flagged: the
-# same runs of one policy on this machine scatter by about 6% in it.
+# Paired runs whose machine speed (`run_speed`) differs by more than this are run again, then flagged:
+# the same runs of one policy on this machine scatter by about 6% in it.
 SPEED_TOLERANCE = 0.15
 
 
@@ -95,7 +99,9 @@ SPEED_TOLERANCE = 0.15
 class DemoConfig:
     """`rates` (requests per second) replace the open-loop capacity times `load_fractions`.
     `front_end` ("class" or "vllm") puts every policy on that front end (an ablation); None leaves each
-    its own. `pin` places the engine's worker on a core of its own (where there are two or more)."""
+    its own. `pin` places the engine's worker on a core of its own (where there are two or more).
+    `speed_reruns`: how many times, at most, a seed whose runs found the machine at speeds more than
+    `SPEED_TOLERANCE` apart is run again (every policy); 0 runs each seed once."""
 
     repository: Path
     model: Path
@@ -113,6 +119,7 @@ class DemoConfig:
     front_end: str | None = None
     pin: bool = True
     fresh_servers: bool = True
+    speed_reruns: int = 1
 
 
 @dataclass(frozen=True)
@@ -126,14 +133,83 @@ class PolicyRun:
     fit: ServedFit | None  # the online cost model at the run's end; None where it is off
 
 
+SeedRuns = dict[str, PolicyRun]  # one seed's run of each policy
+
+
+def run_speed(run: PolicyRun) -> float:
+    """The machine's speed in a run: its median step that decodes one request and nothing else
+    (`run_analysis.engine_summary`), the same work under every policy; NaN where it had none."""
+    return float(run.analysis["engine"].get("lone_decode_step_ms", math.nan))
+
+
+def speed_change(candidate: PolicyRun, baseline: PolicyRun) -> float:
+    """How much slower (> 0) or faster (< 0) the candidate's run found the machine than the baseline's."""
+    return run_speed(candidate) / run_speed(baseline) - 1
+
+
+def speed_spread(runs: SeedRuns) -> float:
+    """How far apart one seed's runs found the machine: the largest |`speed_change`| of the
+    candidate's run against a baseline's; 0 without the candidate, NaN where a run had no lone decode
+    step (then nothing can say the runs differ)."""
+    if CANDIDATE not in runs:
+        return 0.0
+    changes = [abs(speed_change(runs[CANDIDATE], run)) for p, run in runs.items() if p != CANDIDATE]
+    return math.nan if any(map(math.isnan, changes)) else max(changes, default=0.0)
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A seed's runs (its `attempt`-th: 0 the first) that another run of the seed replaced or did not
+    improve on: they found the machine `spread` apart in speed (`speed_spread`), the runs kept
+    `kept_spread`. Nothing but the speeds chose: the metrics the ratios compare play no part."""
+
+    seed: int
+    attempt: int
+    runs: SeedRuns
+    spread: float
+    kept_spread: float
+
+
 @dataclass
 class LoadRuns:
     """Every policy's runs at one arrival rate (`fraction` of the open-loop capacity, if measured),
-    in seed order."""
+    in seed order, and the runs of seeds run again that were set aside."""
 
     rate: float
     fraction: float | None
     runs: dict[str, list[PolicyRun]] = field(default_factory=dict)
+    set_aside: list[SetAside] = field(default_factory=list)
+    kept_attempt: dict[int, int] = field(default_factory=dict)  # seed -> attempt in `runs` (default 0)
+
+    def seed_runs(self, seed: int) -> SeedRuns:
+        return {policy: runs[seed] for policy, runs in self.runs.items()}
+
+    def apart_seeds(self, tolerance: float = SPEED_TOLERANCE) -> list[int]:
+        """The seeds whose runs found the machine more than `tolerance` apart in speed."""
+        seeds = range(min(map(len, self.runs.values()), default=0))
+        return [seed for seed in seeds if speed_spread(self.seed_runs(seed)) > tolerance]
+
+    def keep_closer(self, seed: int, again: SeedRuns, attempt: int) -> None:
+        """Of `seed`'s runs and `again` (its `attempt`-th runs), keep those closer in machine speed
+        and set the others aside (a tie keeps the earlier runs)."""
+        kept, kept_attempt = self.seed_runs(seed), self.kept_attempt.get(seed, 0)
+        before, after = speed_spread(kept), speed_spread(again)
+        if after < before:
+            self.set_aside.append(SetAside(seed, kept_attempt, kept, before, after))
+            for policy, run in again.items():
+                self.runs[policy][seed] = run
+            self.kept_attempt[seed] = attempt
+        else:
+            self.set_aside.append(SetAside(seed, attempt, again, after, before))
+
+    def first_runs(self) -> LoadRuns:
+        """These runs as they were before any seed ran again: each seed's first runs."""
+        runs = {policy: list(policy_runs) for policy, policy_runs in self.runs.items()}
+        for aside in self.set_aside:
+            if aside.attempt == 0:
+                for policy, run in aside.runs.items():
+                    runs[policy][aside.seed] = run
+        return LoadRuns(self.rate, self.fraction, runs)
 
     @property
     def name(self) -> str:
@@ -158,6 +234,12 @@ class LoadRuns:
         only when every run is in)."""
         records = self.steady_records()
         return ratio_rows(records, CANDIDATE) if CANDIDATE in records and len(records) > 1 else {}
+
+    @functools.cached_property
+    def first_run_ratios(self) -> dict[str, dict[str, Ratio]] | None:
+        """`ratios` over each seed's first runs (`first_runs`), what the comparison had said without
+        running seeds again; None where no seed ran again."""
+        return self.first_runs().ratios if self.set_aside else None
 
 
 @dataclass(frozen=True)
@@ -196,24 +278,54 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
         progress(f"[{next(counter)}/{total}] {line}")
 
     for load in loads:
-        for policy, repeats in run_order(config.policies, config.repeats, config.fresh_servers):
-            name = f"{policy}-{load.rate:.2f}-" + "-".join(str(r + 1) for r in repeats)
-            runs = _runs_on_one_server(config, placement, policy, name, load.rate, repeats, run_started)
-            load.runs.setdefault(policy, []).extend(runs)
+        first = _run_seeds(config, placement, load.rate, range(config.repeats), 0, run_started)
+        load.runs = {policy: [runs[seed] for seed in range(config.repeats)] for policy, runs in first.items()}
+        for attempt in range(1, config.speed_reruns + 1):
+            if not (apart := load.apart_seeds()):
+                break
+            progress(
+                f"{load.name}: the runs of seed(s) {', '.join(map(str, apart))} found the machine more than "
+                f"{SPEED_TOLERANCE:.0%} apart in speed; running them again (every policy)"
+            )
+            again = _run_seeds(
+                config, placement, load.rate, apart, attempt, lambda line: progress(f"[again] {line}")
+            )
+            for seed in apart:
+                load.keep_closer(seed, {policy: runs[seed] for policy, runs in again.items()}, attempt)
     return DemoRuns(loads, placement, closed, opened)
 
 
-def run_order(policies: Sequence[str], repeats: int, fresh_servers: bool) -> list[tuple[str, list[int]]]:
+def _run_seeds(
+    config: DemoConfig,
+    placement: Placement | None,
+    rate: float,
+    seeds: Sequence[int],
+    attempt: int,
+    run_started: Callable[[str], None],
+) -> dict[str, dict[int, PolicyRun]]:
+    """Every policy's run of each of `seeds` at `rate`, in `run_order` (rotated by `attempt` more)."""
+    runs: dict[str, dict[int, PolicyRun]] = {}
+    for policy, repeats in run_order(config.policies, seeds, config.fresh_servers, shift=attempt):
+        name = f"{policy}-{rate:.2f}-" + "-".join(str(r + 1) for r in repeats)
+        name += f"-again{attempt}" if attempt else ""
+        done = _runs_on_one_server(config, placement, policy, name, rate, repeats, run_started)
+        runs.setdefault(policy, {}).update(zip(repeats, done, strict=True))
+    return runs
+
+
+def run_order(
+    policies: Sequence[str], seeds: Sequence[int], fresh_servers: bool, shift: int = 0
+) -> list[tuple[str, list[int]]]:
     """The servers in the order they run, each with the seeds it replays. With `fresh_servers`, one
     server a run, seed by seed, each seed's policies in an order rotated by one from the seed before
-    (seed i starts with policy i): no policy always runs last of a seed, when the machine's speed
-    drifts. Without, one server per policy, its seeds one after another."""
+    (seed i starts with policy i + `shift`): no policy always runs last of a seed, when the machine's
+    speed drifts. Without, one server per policy, its seeds one after another."""
     if not fresh_servers:
-        return [(policy, list(range(repeats))) for policy in policies]
+        return [(policy, list(seeds)) for policy in policies]
     order = []
-    for repeat in range(repeats):
-        shift = repeat % len(policies)
-        order += [(policy, [repeat]) for policy in [*policies[shift:], *policies[:shift]]]
+    for seed in seeds:
+        first = (seed + shift) % len(policies)
+        order += [(policy, [seed]) for policy in [*policies[first:], *policies[:first]]]
     return order
 
 
@@ -265,7 +377,7 @@ def _bench_config(
     return BenchConfig(
         url=endpoints.grpc_url,
         model=config.model,
-        workload=SyntheticWorkload(config.mix, rate, config.requests, seed),
+        workload=SyntheticWorkload(config.mix, rate, config.requests, seed, stratified=True),
         seed=seed,
         label=policy,
         max_text_tokens=DEMO_CONTENT.max_text_tokens,
@@ -288,7 +400,7 @@ def _find_capacity(
         n = next(probes)
         requests = max(20, round(rate * config.probe_s))
         progress(f"capacity probe {n}/{config.probes}: {requests} requests at {rate:.2f}/s (open loop)")
-        workload = SyntheticWorkload(config.mix, rate, requests, seed + n)
+        workload = SyntheticWorkload(config.mix, rate, requests, seed + n, stratified=True)
         trace = workload.trace()
         return replay(endpoints.grpc_url, trace, build_requests(trace, served, DEMO_CONTENT, seed + n))
 
@@ -473,34 +585,41 @@ def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
 
 
 def machine_speed_lines(load: LoadRuns, tolerance: float = SPEED_TOLERANCE) -> list[str]:
-    """Each run's machine speed (its median step that decodes one request alone, the same work under
-    every policy), then every seed whose candidate and baseline runs differ in it by more than
-    `tolerance`: there the machine's speed moved between the two runs, and that seed's ratios measure
-    the machine as well as the policies."""
-
-    def speed(run: PolicyRun) -> float:
-        return float(run.analysis["engine"].get("lone_decode_step_ms", math.nan))
-
-    speeds = {policy: [speed(run) for run in runs] for policy, runs in load.runs.items()}
+    """Each run's machine speed (`run_speed`), every seed run again and why, then every seed whose
+    candidate and baseline runs still differ in it by more than `tolerance`: there the machine's speed
+    moved between the two runs, and that seed's ratios measure the machine as well as the policies."""
+    speeds = {policy: [run_speed(run) for run in runs] for policy, runs in load.runs.items()}
     lines = [
         "machine speed, the median step decoding one request alone (ms), per seed: "
         + "; ".join(
             f"{policy} {', '.join(_format('{:.2f}', v) for v in values)}" for policy, values in speeds.items()
         )
     ]
-    if CANDIDATE not in speeds:
+    for aside in load.set_aside:
+        shown = ", ".join(f"{p} {_format('{:.2f}', run_speed(run))}" for p, run in aside.runs.items())
+        lines.append(
+            f"seed {aside.seed} ran again: its {_ordinal(aside.attempt)}, set aside, found the machine "
+            f"{aside.spread:.0%} apart ({shown} ms); the runs kept, {aside.kept_spread:.0%}"
+        )
+    if CANDIDATE not in load.runs:
         return lines
-    baselines = {policy: values for policy, values in speeds.items() if policy != CANDIDATE}
-    for baseline, values in baselines.items():
-        for seed, (mine, theirs) in enumerate(zip(speeds[CANDIDATE], values, strict=True)):
-            change = mine / theirs - 1
+    for baseline, runs in load.runs.items():
+        if baseline == CANDIDATE:
+            continue
+        for seed, (mine, theirs) in enumerate(zip(load.runs[CANDIDATE], runs, strict=True)):
+            change = speed_change(mine, theirs)
             if abs(change) > tolerance:
                 lines.append(
                     f"seed {seed}: {CANDIDATE}'s run found the machine {abs(change):.0%} "
-                    f"{'slower' if change > 0 else 'faster'} than {baseline}'s ({mine:.2f} ms against "
-                    f"{theirs:.2f}): this seed's ratios to {baseline} measure the machine as well"
+                    f"{'slower' if change > 0 else 'faster'} than {baseline}'s ({run_speed(mine):.2f} ms "
+                    f"against {run_speed(theirs):.2f}): this seed's ratios to {baseline} measure the "
+                    "machine as well"
                 )
     return lines
+
+
+def _ordinal(attempt: int) -> str:
+    return "first runs" if attempt == 0 else f"runs again (#{attempt})"
 
 
 def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
@@ -548,10 +667,10 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
             }
             for policy, records in load.pooled_records().items()
         }
-        ratios = {
-            baseline: {name: _ratio_json(r) for name, r in by_metric.items()}
-            for baseline, by_metric in load.ratios.items()
-        }
+        ratios, first_ratios = (
+            {baseline: {name: _ratio_json(r) for name, r in row.items()} for baseline, row in rows.items()}
+            for rows in (load.ratios, load.first_run_ratios or {})
+        )
         loads.append(
             {
                 "rate": load.rate,
@@ -560,6 +679,17 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
                 f"{CANDIDATE}_ratios": ratios,
                 "targets": target_lines(load, config.repository),
                 "machine_speed": machine_speed_lines(load),
+                "set_aside": [
+                    {
+                        "seed": aside.seed,
+                        "attempt": aside.attempt,
+                        "spread": aside.spread,
+                        "kept_spread": aside.kept_spread,
+                        "runs": {policy: _run_summary(run) for policy, run in aside.runs.items()},
+                    }
+                    for aside in load.set_aside
+                ],
+                f"{CANDIDATE}_ratios_first_runs": first_ratios,
                 "cost_model": fit_lines(load, config.repository),
             }
         )

@@ -21,7 +21,8 @@ DEFAULT_MIX = "mixed-iii"
 @dataclass(frozen=True)
 class SyntheticWorkload:
     """`requests` requests of `mix` arriving at `rate` per second (Poisson, or Gamma with `burst_cv`),
-    with the token counts of `shapes`, drawn with `seed`."""
+    with the token counts of `shapes`, drawn with `seed`; `stratified` gives every seed the mix's
+    proportions and the rate exactly (`workload.trace.generate_trace`)."""
 
     mix: str = DEFAULT_MIX
     rate: float = 2.0
@@ -29,6 +30,7 @@ class SyntheticWorkload:
     seed: int = 0
     burst_cv: float | None = None
     shapes: str = ISOLATION
+    stratified: bool = False
 
     def __post_init__(self) -> None:
         mix_by_name(self.mix)  # an unknown mix or shape set fails here, not at the first use
@@ -40,7 +42,13 @@ class SyntheticWorkload:
 
     def trace(self) -> Trace:
         return generate_trace(
-            mix_by_name(self.mix), self.rate, self.requests, self.seed, self.burst_cv, self.shapes
+            mix_by_name(self.mix),
+            self.rate,
+            self.requests,
+            self.seed,
+            self.burst_cv,
+            self.shapes,
+            self.stratified,
         )
 
     def describe(self) -> str:

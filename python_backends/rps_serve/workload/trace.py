@@ -47,16 +47,30 @@ class Trace:
 
 
 def generate_trace(
-    mix: Mix, rate: float, n: int, seed: int, burst_cv: float | None = None, shapes: str = ISOLATION
+    mix: Mix,
+    rate: float,
+    n: int,
+    seed: int,
+    burst_cv: float | None = None,
+    shapes: str = ISOLATION,
+    stratified: bool = False,
 ) -> Trace:
     """`n` requests drawn from `mix` with the token counts of `shapes` (`workload.shapes`), arriving as
     a Poisson process of `rate` per second.
 
     With `burst_cv` the gaps are Gamma-distributed with that coefficient of variation instead.
     One generator seeded with `seed` draws kinds, token counts and arrivals, so a seed fixes the trace.
+    `stratified` holds every seed's offered load to the nominal one: each kind in the mix's proportion
+    exactly (`mix_counts`, in a random order), and the gaps scaled so that the last request arrives
+    at n / `rate` s (the process conditioned on that: for Poisson, uniform arrivals in the span).
+    Drawn freely, 150 requests of mixed-iii held 11 to 22 videos where the mix says 15, at 4.95 to
+    5.22 req/s for 4.84, and near capacity that decided whether a run fell into a backlog.
     """
     rng = np.random.default_rng(seed)
-    kind = rng.choice(len(_KINDS), size=n, p=np.array(mix.fractions))
+    if stratified:
+        kind = rng.permutation(np.repeat(np.arange(len(_KINDS)), mix_counts(mix, n)))
+    else:
+        kind = rng.choice(len(_KINDS), size=n, p=np.array(mix.fractions))
     prompt = np.zeros(n, dtype=np.int64)
     visual = np.zeros(n, dtype=np.int64)
     output = np.zeros(n, dtype=np.int64)
@@ -69,7 +83,19 @@ def generate_trace(
             sample.output_tokens,
         )
     arrivals = poisson_arrivals(rate, n, rng) if burst_cv is None else gamma_arrivals(rate, burst_cv, n, rng)
+    if stratified:
+        arrivals *= n / rate / arrivals[-1]
     return Trace(arrivals, kind.astype(np.int64), prompt, visual, output)
+
+
+def mix_counts(mix: Mix, n: int) -> np.ndarray:
+    """How many of `n` requests are of each kind (in `RequestKind` order) in `mix`'s proportions: the
+    floors, then one more for the largest remainders (ties to the earlier kind)."""
+    exact = np.array(mix.fractions) * n
+    counts = np.floor(exact).astype(np.int64)
+    short = n - int(counts.sum())
+    counts[np.argsort(counts - exact, kind="stable")[:short]] += 1
+    return counts
 
 
 def write_trace(path: Path, trace: Trace) -> None:

@@ -4,6 +4,7 @@ the ratio table with its intervals and verdicts."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from rps_serve.loadtest.demo import (
     machine_speed_lines,
     ratio_table,
     run_order,
+    speed_spread,
     target_lines,
 )
 from rps_serve.loadtest.load import BenchRun
@@ -145,14 +147,8 @@ def test_the_demo_says_which_fit_each_policy_served_and_how_it_moved(tmp_path: P
 
 
 def test_seeds_whose_runs_found_the_machine_at_other_speeds_are_named() -> None:
-    bench = BenchRun(_records(np.ones(10), np.ones(2)), Tally(12, 12, 0, 0, 0), None, {}, {})
-
-    def runs(*speeds: float) -> list[PolicyRun]:
-        engine = [{"lone_decode_step_ms": ms} for ms in speeds]
-        return [PolicyRun(bench, {"engine": e, "loop_lag_s": {}, "stages": {}}, [], None) for e in engine]
-
-    load = LoadRuns(2.0, 0.9, {"fcfs": runs(4.0, 5.0, 5.0), "vllm-priority": runs(5.6, 5.0, 4.0),
-                               "rps": runs(5.6, 5.2, 4.52)})  # fmt: skip
+    runs = {"fcfs": (4.0, 5.0, 5.0), "vllm-priority": (5.6, 5.0, 4.0), "rps": (5.6, 5.2, 4.52)}
+    load = LoadRuns(2.0, 0.9, {policy: _speed_runs(*speeds) for policy, speeds in runs.items()})
     first, *flagged = machine_speed_lines(load)
     assert first.endswith("fcfs 4.00, 5.00, 5.00; vllm-priority 5.60, 5.00, 4.00; rps 5.60, 5.20, 4.52")
     # Seed 0 against fcfs: 40% slower; seed 2 against fcfs 10% faster and against vllm-priority 13%
@@ -170,10 +166,52 @@ def test_seeds_whose_runs_found_the_machine_at_other_speeds_are_named() -> None:
 
 def test_each_seed_runs_its_policies_in_a_rotated_order() -> None:
     policies = ["fcfs", "vllm-priority", "rps"]
-    order = run_order(policies, 4, fresh_servers=True)
+    order = run_order(policies, range(4), fresh_servers=True)
     assert [policy for policy, _ in order] == [*policies, *policies[1:], policies[0], policies[2],
                                                *policies[:2], *policies]  # fmt: skip
     assert [seeds for _, seeds in order] == [[r] for r in range(4) for _ in policies]
     for policy in policies:  # every policy's runs in seed order, as the pairing needs
         assert [seeds[0] for p, seeds in order if p == policy] == [0, 1, 2, 3]
-    assert run_order(policies, 4, fresh_servers=False) == [(p, [0, 1, 2, 3]) for p in policies]
+    assert run_order(policies, range(4), fresh_servers=False) == [(p, [0, 1, 2, 3]) for p in policies]
+    # A seed run again starts with the policy after the one it started with.
+    assert run_order(policies, [1], fresh_servers=True, shift=1) == [
+        (p, [1]) for p in [*policies[2:], *policies[:2]]
+    ]
+
+
+def _speed_runs(*speeds: float) -> list[PolicyRun]:
+    bench = BenchRun(_records(np.ones(10), np.ones(2)), Tally(12, 12, 0, 0, 0), None, {}, {})
+    engine = [{"lone_decode_step_ms": ms} for ms in speeds]
+    return [PolicyRun(bench, {"engine": e, "loop_lag_s": {}, "stages": {}}, [], None) for e in engine]
+
+
+def test_a_seed_run_again_keeps_the_runs_closer_in_machine_speed() -> None:
+    load = LoadRuns(2.0, 0.9, {"fcfs": _speed_runs(4.0, 5.0, 5.0), "rps": _speed_runs(5.6, 5.2, math.nan)})
+    assert speed_spread(load.seed_runs(0)) == pytest.approx(0.4)
+    assert math.isnan(speed_spread(load.seed_runs(2)))  # no lone decode step: nothing to compare
+    three = dict(zip(["fcfs", "vllm-priority", "rps"], _speed_runs(4.0, math.nan, 5.0), strict=True))
+    assert math.isnan(speed_spread(three))  # whatever the order of the baselines
+    assert load.apart_seeds() == [0]
+    first = load.seed_runs(0)
+    worse = dict(zip(["fcfs", "rps"], _speed_runs(3.0, 5.0), strict=True))  # 67% apart: set aside
+    load.keep_closer(0, worse, attempt=1)
+    assert load.seed_runs(0) == first and load.apart_seeds() == [0]
+    better = dict(zip(["fcfs", "rps"], _speed_runs(5.0, 5.25), strict=True))
+    load.keep_closer(0, better, attempt=2)
+    assert load.seed_runs(0) == better and load.apart_seeds() == []
+    assert [(a.attempt, a.runs) for a in load.set_aside] == [(1, worse), (0, first)]
+    assert [(round(a.spread, 2), round(a.kept_spread, 2)) for a in load.set_aside] == [
+        (0.67, 0.4),
+        (0.4, 0.05),
+    ]
+    # What the comparison had said without the re-runs: each seed's first runs, the others as kept.
+    assert load.first_runs().seed_runs(0) == first
+    assert load.first_runs().seed_runs(1) == load.seed_runs(1)
+    lines = machine_speed_lines(load)
+    assert lines[1:3] == [
+        "seed 0 ran again: its runs again (#1), set aside, found the machine 67% apart "
+        "(fcfs 3.00, rps 5.00 ms); the runs kept, 40%",
+        "seed 0 ran again: its first runs, set aside, found the machine 40% apart "
+        "(fcfs 4.00, rps 5.60 ms); the runs kept, 5%",
+    ]
+    assert len(lines) == 3  # and no seed is still apart

@@ -25,6 +25,7 @@ def test_a_synthetic_workload_draws_its_trace_from_its_seed() -> None:
         "seed": 4,
         "burst_cv": None,
         "shapes": "isolation",
+        "stratified": False,
     }
 
 

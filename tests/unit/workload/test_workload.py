@@ -16,7 +16,7 @@ from rps_serve.workload.shapes import (
     RequestKind,
     sample_tokens,
 )
-from rps_serve.workload.trace import generate_trace, read_trace, write_trace
+from rps_serve.workload.trace import generate_trace, mix_counts, read_trace, write_trace
 
 # The paper's mixes: (short text, long text, image, video).
 PAPER_MIXES = {
@@ -135,3 +135,33 @@ def test_shapes_change_token_counts_not_the_mix(shapes: str) -> None:
     baseline = generate_trace(MIXES["mixed-iii"], rate=10.0, n=2_000, seed=5)
     assert np.array_equal(trace.kind, baseline.kind)
     assert np.all(trace.prompt_tokens >= trace.modality_tokens)
+
+
+@pytest.mark.parametrize("n", [1, 7, 150, 1001])
+def test_stratified_traces_hold_the_mix_and_the_rate_exactly(n: int) -> None:
+    mix = mix_by_name("mixed-iii")
+    counts = mix_counts(mix, n)
+    assert counts.sum() == n
+    assert np.all(np.abs(counts - np.array(mix.fractions) * n) < 1)
+    for seed in range(5):
+        trace = generate_trace(mix, 4.0, n, seed, stratified=True)
+        assert np.array_equal(np.bincount(trace.kind, minlength=len(counts)), counts)
+        assert trace.arrival_s[-1] == pytest.approx(n / 4.0)
+        assert np.all(np.diff(trace.arrival_s) >= 0) and trace.arrival_s[0] > 0
+    # Still a random order and random gaps: two seeds differ, one seed repeats.
+    a, b = (generate_trace(mix, 4.0, 150, seed, stratified=True) for seed in (0, 1))
+    assert not np.array_equal(a.kind, b.kind) and not np.allclose(a.arrival_s, b.arrival_s)
+    again = generate_trace(mix, 4.0, 150, 0, stratified=True)
+    assert np.array_equal(a.kind, again.kind) and np.array_equal(a.arrival_s, again.arrival_s)
+
+
+def test_free_traces_scatter_in_load_where_stratified_ones_do_not() -> None:
+    mix = mix_by_name("mixed-iii")
+    videos = {
+        stratified: {
+            int(np.sum(generate_trace(mix, 4.0, 150, seed, stratified=stratified).modality == 2))
+            for seed in range(20)
+        }
+        for stratified in (False, True)
+    }
+    assert len(videos[False]) > 3 and videos[True] == {15}
