@@ -38,6 +38,9 @@ def in_window(records: Iterable[dict[str, Any]], kind: str, start: float, end: f
     return [r for r in records if r["kind"] == kind and start <= r[key] <= end]
 
 
+MIN_LONE_DECODE_STEPS = 30
+
+
 def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str, float]:
     """What the engine did over a window of `window_s` seconds, from its steps."""
     timed = [s for s in steps if "step_ms" in s]
@@ -65,8 +68,13 @@ def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str
         "encoder_inputs": float(encoder.sum()),
         # The machine's speed, whatever the policy: a step that decodes one token of one request and
         # nothing else costs the same under every order, so runs whose medians differ ran on a
-        # machine whose speed moved between them.
-        "lone_decode_step_ms": float(np.median(lone_decode)) if lone_decode.size else math.nan,
+        # machine whose speed moved between them. Unmeasured (NaN) on fewer than
+        # `MIN_LONE_DECODE_STEPS`: a backlogged run has a few, in its lulls, and their median can be
+        # anything (9 such steps read 4.96 ms where its policy's other runs read 1.9).
+        "lone_decode_steps": float(lone_decode.size),
+        "lone_decode_step_ms": (
+            float(np.median(lone_decode)) if lone_decode.size >= MIN_LONE_DECODE_STEPS else math.nan
+        ),
         "preemptions": float(sum(s["preempted"] for s in steps)),
     }
 

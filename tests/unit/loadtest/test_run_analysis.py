@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
-from rps_serve.loadtest.run_analysis import STAGES, pooled, read_run_log, summarize
+from rps_serve.loadtest.run_analysis import MIN_LONE_DECODE_STEPS, STAGES, pooled, read_run_log, summarize
 
 
 def _step(t: float, step_ms: float, prefill: int, decode: int, waiting: int, preempted: int = 0) -> dict:
@@ -64,7 +65,9 @@ def test_pooled_stages_weigh_each_run_by_its_requests(tmp_path: Path) -> None:
 
 
 def test_the_machine_speed_is_the_median_step_decoding_one_request_alone(tmp_path: Path) -> None:
-    lone = [_step(1.0 + i, ms, 0, 1, 0) for i, ms in enumerate((4.0, 5.0, 9.0))]
+    speeds = [4.0] * 15 + [5.0] + [9.0] * 15
+    assert len(speeds) == MIN_LONE_DECODE_STEPS + 1
+    lone = [_step(0.1 * i, ms, 0, 1, 0) for i, ms in enumerate(speeds)]
     others = [
         _step(5.0, 1.0, 0, 2, 0),  # two decoding
         _step(6.0, 2.0, 100, 1, 0),  # a prefill beside the decode
@@ -72,4 +75,8 @@ def test_the_machine_speed_is_the_median_step_decoding_one_request_alone(tmp_pat
         {"kind": "step", "t": 8.0, "running": 0, "waiting": 0, "kv": 0.0, "preempted": 0},  # untimed
     ]
     path = _write(tmp_path / "run.jsonl", [*lone, *others])
-    assert summarize(path, 0.0, 10.0)["engine"]["lone_decode_step_ms"] == 5.0
+    engine = summarize(path, 0.0, 10.0)["engine"]
+    assert engine["lone_decode_step_ms"] == 5.0 and engine["lone_decode_steps"] == len(speeds)
+    # Too few such steps (a backlogged run's lulls) measure nothing.
+    few = _write(tmp_path / "few.jsonl", [*lone[:10], *others])
+    assert math.isnan(summarize(few, 0.0, 10.0)["engine"]["lone_decode_step_ms"])
