@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         for line in machine_speed_lines(load):
             print(line)
         if load.first_run_ratios is not None:
-            print("the same ratios over each seed's first runs (the runs set aside in place of those kept):")
+            print("the same ratios over each seed's first runs (what they said before any seed ran again):")
             print(ratio_table(load.first_run_ratios))
         print(run_stage_table(analysis))
         print(process_table(load.runs))
