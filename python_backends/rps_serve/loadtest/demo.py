@@ -138,7 +138,8 @@ SeedRuns = dict[str, PolicyRun]  # one seed's run of each policy
 
 def run_speed(run: PolicyRun) -> float:
     """The machine's speed in a run: its median step that decodes one request and nothing else
-    (`run_analysis.engine_summary`), the same work under every policy; NaN where it had none."""
+    (`run_analysis.engine_summary`), the same work under every policy; NaN where it had too few such
+    steps to measure it (`run_analysis.MIN_LONE_DECODE_STEPS`)."""
     return float(run.analysis["engine"].get("lone_decode_step_ms", math.nan))
 
 
@@ -149,8 +150,8 @@ def speed_change(candidate: PolicyRun, baseline: PolicyRun) -> float:
 
 def speed_spread(runs: SeedRuns) -> float:
     """How far apart one seed's runs found the machine: the largest |`speed_change`| of the
-    candidate's run against a baseline's; 0 without the candidate, NaN where a run had no lone decode
-    step (then nothing can say the runs differ)."""
+    candidate's run against a baseline's; 0 without the candidate, NaN where a run's speed is
+    unmeasured (then nothing can say the runs differ)."""
     if CANDIDATE not in runs:
         return 0.0
     changes = [abs(speed_change(runs[CANDIDATE], run)) for p, run in runs.items() if p != CANDIDATE]
@@ -179,7 +180,6 @@ class LoadRuns:
     fraction: float | None
     runs: dict[str, list[PolicyRun]] = field(default_factory=dict)
     set_aside: list[SetAside] = field(default_factory=list)
-    kept_attempt: dict[int, int] = field(default_factory=dict)  # seed -> attempt in `runs` (default 0)
 
     def seed_runs(self, seed: int) -> SeedRuns:
         return {policy: runs[seed] for policy, runs in self.runs.items()}
@@ -192,15 +192,20 @@ class LoadRuns:
     def keep_closer(self, seed: int, again: SeedRuns, attempt: int) -> None:
         """Of `seed`'s runs and `again` (its `attempt`-th runs), keep those closer in machine speed
         and set the others aside (a tie keeps the earlier runs)."""
-        kept, kept_attempt = self.seed_runs(seed), self.kept_attempt.get(seed, 0)
+        kept = self.seed_runs(seed)
         before, after = speed_spread(kept), speed_spread(again)
         if after < before:
-            self.set_aside.append(SetAside(seed, kept_attempt, kept, before, after))
+            self.set_aside.append(SetAside(seed, self._kept_attempt(seed), kept, before, after))
             for policy, run in again.items():
                 self.runs[policy][seed] = run
-            self.kept_attempt[seed] = attempt
         else:
             self.set_aside.append(SetAside(seed, attempt, again, after, before))
+
+    def _kept_attempt(self, seed: int) -> int:
+        """Which of `seed`'s attempts (0, 1, … in the order run) its runs in `runs` are: the one not
+        set aside."""
+        aside = {a.attempt for a in self.set_aside if a.seed == seed}
+        return next(attempt for attempt in itertools.count() if attempt not in aside)
 
     def first_runs(self) -> LoadRuns:
         """These runs as they were before any seed ran again: each seed's first runs."""
