@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         run_stage_table,
         save_results,
         target_lines,
+        token_parts_table,
         ttft_table,
     )
 
@@ -148,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
             print("the same ratios over each seed's first runs (what they said before any seed ran again):")
             print(ratio_table(load.first_run_ratios))
         print(run_stage_table(analysis))
+        print(token_parts_table(analysis))
         print(process_table(load.runs))
         for policy, tally in load.tallies().items():
             print(f"{policy}: {tally}")

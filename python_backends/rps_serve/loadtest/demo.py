@@ -53,7 +53,7 @@ from rps_serve.loadtest.capacity import (
 from rps_serve.loadtest.load import BenchConfig, BenchRun, run_bench
 from rps_serve.loadtest.placement import Placement, process_usage, usage_during
 from rps_serve.loadtest.replay import Replayed, build_requests, replay
-from rps_serve.loadtest.run_analysis import STAGES, pooled, summarize
+from rps_serve.loadtest.run_analysis import STAGES, TOKEN_PARTS, pooled, summarize
 from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.local.server import Endpoints, local_server
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
@@ -355,9 +355,10 @@ def _runs_on_one_server(
             bench = run_bench(_bench_config(config, endpoints, policy, rate, config.seed + repeat))
             processes = usage_during(before, process_usage(endpoints.pid))
             fit = ServedFit.of(scrape(endpoints.metrics_url))
-            window = bench.records.arrival_s[bench.records.steady_state()]
-            start, end = bench.clock_origin_s + window.min(), bench.clock_origin_s + window.max()
-            runs.append(PolicyRun(bench, summarize(run_log, start, end), processes, fit))
+            (window,) = steady([bench.records])
+            origin = bench.clock_origin_s
+            start, end = origin + window.arrival_s.min(), origin + window.arrival_s.max()
+            runs.append(PolicyRun(bench, summarize(run_log, start, end, window, origin), processes, fit))
     return runs
 
 
@@ -631,15 +632,35 @@ def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
     """Per policy and class, mean seconds of each stage to the first token (from the run logs): vLLM's
     own input processing is front-end work for every policy alike."""
     titles = ("front queue", "front work", "vllm input", "engine queue", "prefill", "to 1st token")
-    lines = [f"{'stages (s)':<24} {'n':>5}" + "".join(f" {t:>12}" for t in titles)]
+    columns = [(key, _seconds) for key in (*STAGES, "to_first_token_s")]
+    return _class_table(analysis, "stages", "stages (s)", titles, columns)
+
+
+def token_parts_table(analysis: dict[str, dict[str, Any]]) -> str:
+    """Per policy and class, the mean time per output token and the steps it was spent in (from the
+    run logs, `run_analysis.token_parts`), and how many requests those steps decoded."""
+    titles = ("TPOT", "encoder", "prefill", "decode", "between", "decoding")
+    ms = functools.partial(_format, "{:.1f}")
+    columns = [(key, ms) for key in ("tpot_ms", *TOKEN_PARTS, "decoding")]
+    return _class_table(analysis, "token_parts", "per output token (ms)", titles, columns)
+
+
+def _class_table(
+    analysis: dict[str, dict[str, Any]],
+    key: str,
+    heading: str,
+    titles: Sequence[str],
+    columns: Sequence[tuple[str, Callable[[float | None], str]]],
+) -> str:
+    """A row per policy and class of `analysis[policy][key]`, in class order."""
+    lines = [f"{heading:<24} {'n':>5}" + "".join(f" {t:>12}" for t in titles)]
     for policy, summary in analysis.items():
-        for label, stage in sorted(
-            summary["stages"].items(), key=lambda item: RequestClass.from_label(item[0]).value
+        for label, row in sorted(
+            summary[key].items(), key=lambda item: RequestClass.from_label(item[0]).value
         ):
-            cells = [_seconds(stage[s]) for s in (*STAGES, "to_first_token_s")]
+            cells = [show(row[name]) for name, show in columns]
             lines.append(
-                f"{policy + ' ' + label:<24} {int(stage['requests']):>5}"
-                + "".join(f" {c:>12}" for c in cells)
+                f"{policy + ' ' + label:<24} {int(row['requests']):>5}" + "".join(f" {c:>12}" for c in cells)
             )
     return "\n".join(lines)
 
@@ -732,6 +753,7 @@ def _run_summary(run: PolicyRun) -> dict[str, Any]:
         "records": run.bench.records.to_json(),
         "engine": run.analysis["engine"],
         "loop_lag_s": run.analysis["loop_lag_s"],
+        "token_parts": run.analysis["token_parts"],
         "run_log": run.analysis["run_log"],
         "steady_window_monotonic_s": run.analysis["window"],
         "processes": run.processes,

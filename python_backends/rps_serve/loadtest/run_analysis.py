@@ -1,6 +1,7 @@
 """Where a run's time went, from the server's run log (`triton.run_log`) over a window of the run: per
 engine step (its time, prompt and decode tokens, running and waiting requests, encoder inputs,
-preemptions), the `vllm_model` loop's lag, and per class each request's stages to its first token.
+preemptions), the `vllm_model` loop's lag, per class each request's stages to its first token, and
+per class what its time per output token was made of (the steps it decoded through, by what they ran).
 
 The window is the load client's steady state, on the machine's monotonic clock, so that ramp-up and
 drain do not dilute what the engine did under load.
@@ -16,9 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.metrics import RequestRecords
 from rps_serve.requests import RequestClass
 
 STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
+# A decoding request's time per output token, in milliseconds, by what the steps it sat through ran:
+# a vision encoder, a prompt chunk (and no encoder), decodes only; and the time between steps.
+TOKEN_PARTS = ("encoder_ms", "prefill_ms", "decode_ms", "between_ms")
 
 
 def read_run_log(path: Path) -> list[dict[str, Any]]:
@@ -103,32 +108,94 @@ def request_stages(requests: Sequence[dict[str, Any]], num_levels: int = 3) -> d
     return by_class
 
 
-def summarize(path: Path, start: float, end: float) -> dict[str, Any]:
-    """The run log at `path` over [start, end] (monotonic seconds): engine, loop lag, stages."""
+def token_parts(
+    steps: Sequence[dict[str, Any]], requests: RequestRecords, origin_s: float
+) -> dict[str, dict[str, float]]:
+    """Per class, what the time per output token of `requests` (those with two tokens or more) was
+    made of: milliseconds per token in the steps that ended between a request's first token and its
+    last, by what they ran (`TOKEN_PARTS`; "between" is the rest: scheduling and streaming), and how
+    many requests those steps decoded on average (the request among them). `origin_s`: the records'
+    time 0 on the steps' (monotonic) clock.
+
+    Every request decoding in a step waits for the whole step, so a step that runs a vision encoder
+    or a long prompt chunk costs each of them its full length: the encoder and prefill parts are what
+    the order of admission can move, the decode part what the batch size does."""
+    timed = [s for s in steps if "step_ms" in s]
+    ends = np.array([s["t"] for s in timed]) - origin_s
+    step_ms = np.array([s["step_ms"] for s in timed])
+    encoder = np.array([s["encoder_inputs"] > 0 for s in timed], dtype=bool)
+    prefill = np.array([s["prefill_tokens"] > 0 for s in timed], dtype=bool) & ~encoder
+    decoding = np.array([s["decode_requests"] for s in timed], dtype=float)
+    rows: dict[int, list[list[float]]] = {}
+    for i in np.flatnonzero(requests.output_tokens > 1):
+        first, last = requests.first_token_s[i], requests.finish_s[i]
+        if not np.isfinite(last):
+            continue
+        during = (ends > first) & (ends <= last)
+        tokens = requests.output_tokens[i] - 1
+        kinds = [step_ms[during & encoder].sum(), step_ms[during & prefill].sum()]
+        kinds.append(step_ms[during].sum() - sum(kinds))
+        between = 1000 * (last - first) - sum(kinds)
+        beside = decoding[during].mean() if during.any() else math.nan
+        rows.setdefault(int(requests.level[i]), []).append(
+            [*(k / tokens for k in kinds), between / tokens, beside]
+        )
+    by_class: dict[str, dict[str, float]] = {}
+    for level, values in sorted(rows.items()):
+        table = np.array(values)
+        label = RequestClass.for_level(level, requests.num_levels).label
+        means = dict(zip((*TOKEN_PARTS, "decoding"), (_mean(column) for column in table.T), strict=True))
+        by_class[label] = {
+            "requests": float(len(values)),
+            **means,
+            "tpot_ms": sum(means[p] for p in TOKEN_PARTS),
+        }
+    return by_class
+
+
+def summarize(
+    path: Path, start: float, end: float, requests: RequestRecords | None = None, origin_s: float = 0.0
+) -> dict[str, Any]:
+    """The run log at `path` over [start, end] (monotonic seconds): engine, loop lag, stages, and,
+    given the load client's `requests` of the window (time 0 at `origin_s`), their tokens' parts."""
     records = read_run_log(path)
+    # Every step for the tokens' parts: the window's last requests decode past its end.
+    steps = [r for r in records if r["kind"] == "step"]
     return {
         "run_log": str(path),
         "window": [start, end],
-        "engine": engine_summary(in_window(records, "step", start, end), end - start),
+        "engine": engine_summary(in_window(steps, "step", start, end), end - start),
         "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
         "stages": request_stages(in_window(records, "request", start, end)),
+        "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
     }
 
 
 def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Several runs' summaries as one: every number averaged over the runs that have it, weighted by
-    their requests for the stages."""
-    engine = _average([s["engine"] for s in summaries])
-    lag = _average([s["loop_lag_s"] for s in summaries])
-    stages: dict[str, dict[str, float]] = {}
-    for label in {c for s in summaries for c in s["stages"]}:
-        parts = [s["stages"][label] for s in summaries if label in s["stages"]]
+    their requests for the stages and the tokens' parts."""
+    return {
+        "engine": _average([s["engine"] for s in summaries]),
+        "loop_lag_s": _average([s["loop_lag_s"] for s in summaries]),
+        "stages": _by_class([s["stages"] for s in summaries], (*STAGES, "to_first_token_s")),
+        "token_parts": _by_class(
+            [s.get("token_parts", {}) for s in summaries], (*TOKEN_PARTS, "decoding", "tpot_ms")
+        ),
+    }
+
+
+def _by_class(
+    runs: Sequence[Mapping[str, Mapping[str, float]]], keys: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Per-class means of several runs as one, each run weighted by its requests of that class."""
+    pooled: dict[str, dict[str, float]] = {}
+    for label in {c for run in runs for c in run}:
+        parts = [run[label] for run in runs if label in run]
         weights = np.array([p["requests"] for p in parts])
-        stages[label] = {"requests": float(weights.sum())} | {
-            stage: float(np.average([p[stage] for p in parts], weights=weights))
-            for stage in (*STAGES, "to_first_token_s")
+        pooled[label] = {"requests": float(weights.sum())} | {
+            key: float(np.average([p[key] for p in parts], weights=weights)) for key in keys
         }
-    return {"engine": engine, "loop_lag_s": lag, "stages": stages}
+    return pooled
 
 
 def _average(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:

@@ -6,9 +6,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rps_serve.loadtest.run_analysis import MIN_LONE_DECODE_STEPS, STAGES, pooled, read_run_log, summarize
+from rps_serve.metrics import RequestRecords
 
 
 def _step(t: float, step_ms: float, prefill: int, decode: int, waiting: int, preempted: int = 0) -> dict:
@@ -80,3 +82,39 @@ def test_the_machine_speed_is_the_median_step_decoding_one_request_alone(tmp_pat
     # Too few such steps (a backlogged run's lulls) measure nothing.
     few = _write(tmp_path / "few.jsonl", [*lone[:10], *others])
     assert math.isnan(summarize(few, 0.0, 10.0)["engine"]["lone_decode_step_ms"])
+
+
+def _records(rows: list[tuple[float, float, float, int, int]]) -> RequestRecords:
+    """Load-client records from (arrival, first token, finish, output tokens, level) rows."""
+    arrival, first, finish, tokens, level = (np.array(column) for column in zip(*rows, strict=True))
+    return RequestRecords(arrival, first, finish, tokens.astype(int), np.zeros(len(rows), dtype=int), level)
+
+
+def test_a_token_costs_the_steps_it_decoded_through_by_what_they_ran(tmp_path: Path) -> None:
+    steps = [
+        {**_step(10.1, 300.0, 0, 2, 0), "encoder_inputs": 1},  # an image's encoder beside two decodes
+        _step(10.2, 150.0, 2048, 2, 0),  # a prompt chunk beside them
+        _step(10.3, 10.0, 0, 2, 0),
+        _step(10.4, 10.0, 0, 1, 0),
+        _step(20.0, 999.0, 2048, 0, 0),  # after every answer
+    ]
+    path = _write(tmp_path / "run.jsonl", steps)
+    requests = _records([
+        (0.0, 0.05, 1.05, 5, 0),  # a sand answer through all four steps: 4 tokens after its first
+        (0.1, 0.15, 0.35, 3, 2),  # a rock's through the chunk and one decode
+        (0.2, 0.25, 0.25, 1, 0),  # one token: no time per output token
+        (0.3, 0.35, math.nan, 9, 0),  # unfinished
+    ])  # fmt: skip
+    # The window holds no step: the parts take every step of the log.
+    parts = summarize(path, 0.0, 1.0, requests, origin_s=10.0)["token_parts"]
+    assert set(parts) == {"sand", "rocks"} and parts["sand"]["requests"] == 1
+    sand, rocks = parts["sand"], parts["rocks"]
+    assert (sand["encoder_ms"], sand["prefill_ms"], sand["decode_ms"]) == pytest.approx((75.0, 37.5, 5.0))
+    assert sand["between_ms"] == pytest.approx((1000.0 - 470.0) / 4) and sand["decoding"] == 1.75
+    assert (rocks["encoder_ms"], rocks["prefill_ms"], rocks["decode_ms"]) == pytest.approx((0.0, 75.0, 5.0))
+    assert rocks["tpot_ms"] == pytest.approx(1000 * (0.35 - 0.15) / 2)
+    # Pooled with a run of three such rocks, each class weighs its runs by their requests.
+    more = summarize(path, 0.0, 1.0, _records([(0.1, 0.15, 0.35, 3, 2)] * 3), origin_s=10.0)
+    both = pooled([summarize(path, 0.0, 1.0, requests, origin_s=10.0), more])["token_parts"]
+    assert both["rocks"]["requests"] == 4 and both["sand"]["requests"] == 1
+    assert both["rocks"]["prefill_ms"] == pytest.approx(75.0)
