@@ -130,12 +130,15 @@ microbench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
 
 # The product through Triton, the demo's method at full length: FCFS, vLLM priority with our classes and
-# with the modality, and RPS, a fresh server for every run, 3 paired seeds interleaved at 60% and 90%
-# of the open-loop capacity (bisected with 4 probes) (about 60 minutes on 2 cores).
+# with the modality, and RPS, a fresh server for every run, COMPARE_REPEATS paired seeds interleaved at
+# COMPARE_LOADS of the open-loop capacity (bisected with 4 probes) (about 60 minutes on 2 cores with the
+# defaults; a TPOT ratio at 0.9x needs about 12 seeds to be told from 1.1x: docs/decisions.md).
 COMPARE_POLICIES ?= fcfs,vllm-priority,modality-priority,rps
+COMPARE_REPEATS ?= 3
+COMPARE_LOADS ?= 0.6,0.9
 compare: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve demo --load-fraction 0.6,0.9 --repeats 3 --probes 4 --policies $(COMPARE_POLICIES) \
-		--out $(OUT)/compare
+	$(BIN)/rps-serve demo --load-fraction $(COMPARE_LOADS) --repeats $(COMPARE_REPEATS) --probes 4 \
+		--policies $(COMPARE_POLICIES) --out $(OUT)/compare
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.
