@@ -126,20 +126,16 @@ def token_parts(
     encoder = np.array([s["encoder_inputs"] > 0 for s in timed], dtype=bool)
     prefill = np.array([s["prefill_tokens"] > 0 for s in timed], dtype=bool) & ~encoder
     decoding = np.array([s["decode_requests"] for s in timed], dtype=float)
+    tpot_ms = 1000 * requests.tpot
     rows: dict[int, list[list[float]]] = {}
-    for i in np.flatnonzero(requests.output_tokens > 1):
-        first, last = requests.first_token_s[i], requests.finish_s[i]
-        if not np.isfinite(last):
-            continue
-        during = (ends > first) & (ends <= last)
+    for i in np.flatnonzero(np.isfinite(tpot_ms)):  # finished, with two tokens or more
+        during = (ends > requests.first_token_s[i]) & (ends <= requests.finish_s[i])
         tokens = requests.output_tokens[i] - 1
         kinds = [step_ms[during & encoder].sum(), step_ms[during & prefill].sum()]
         kinds.append(step_ms[during].sum() - sum(kinds))
-        between = 1000 * (last - first) - sum(kinds)
+        per_token = [k / tokens for k in kinds]
         beside = decoding[during].mean() if during.any() else math.nan
-        rows.setdefault(int(requests.level[i]), []).append(
-            [*(k / tokens for k in kinds), between / tokens, beside]
-        )
+        rows.setdefault(int(requests.level[i]), []).append([*per_token, tpot_ms[i] - sum(per_token), beside])
     by_class: dict[str, dict[str, float]] = {}
     for level, values in sorted(rows.items()):
         table = np.array(values)
@@ -179,7 +175,7 @@ def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "loop_lag_s": _average([s["loop_lag_s"] for s in summaries]),
         "stages": _by_class([s["stages"] for s in summaries], (*STAGES, "to_first_token_s")),
         "token_parts": _by_class(
-            [s.get("token_parts", {}) for s in summaries], (*TOKEN_PARTS, "decoding", "tpot_ms")
+            [s["token_parts"] for s in summaries], (*TOKEN_PARTS, "decoding", "tpot_ms")
         ),
     }
 
