@@ -70,11 +70,11 @@ model-repository: $(ONNX)
 
 # Replays a mixed text/image/video workload through tritonclient against the local tritonserver, under
 # stock vLLM FCFS and RPS: the open-loop capacity first (30 s closed loop for a ceiling, three probes
-# below it: two could reach no higher than 0.875 of the ceiling), then 3 paired seeds of 120 requests per policy at 0.9x of it (where there is a queue to
-# order), the engine's worker on a core of its own, each policy on a fresh server; TTFT per modality,
-# RPS's ratios with their 95% intervals, where the time went (about 14 minutes on 2 cores; a few more
-# where a seed's runs found the machine at different speeds and it runs again). `make compare` adds
-# the other baselines and a second load.
+# below it: two could reach no higher than 0.875 of the ceiling), then 3 paired seeds of 120 requests
+# per policy at 0.9x of it (where there is a queue to order), the engine's worker on a core of its own,
+# each policy on a fresh server; TTFT per modality, RPS's ratios with their 95% intervals, where the
+# time went (about 14 minutes on 2 cores; a few more where a seed's runs found the machine at different
+# speeds and it runs again). `make compare` adds the other baselines and a second load.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve demo --server-per-policy --policies fcfs,rps --load-fraction 0.9 --calibrate-s 30 \
 		--probes 3 --probe-s 45 --requests 120 --out $(OUT)/demo
