@@ -69,14 +69,13 @@ tiny-llava: $(TINY_LLAVA)/config.json
 model-repository: $(ONNX)
 
 # Replays a mixed text/image/video workload through tritonclient against the local tritonserver, under
-# stock vLLM FCFS and RPS: the open-loop capacity first (30 s closed loop for a ceiling, three probes
-# below it: two could reach no higher than 0.875 of the ceiling), then 3 paired seeds of 120 requests
-# per policy at 0.9x of it (where there is a queue to order), the engine's worker on a core of its own,
-# each policy on a fresh server; TTFT per modality, RPS's ratios with their 95% intervals, where the
-# time went (about 14 minutes on 2 cores; a few more where a seed's runs found the machine at different
-# speeds and it runs again). `make compare` adds the other baselines and a second load.
+# stock vLLM FCFS and RPS: the open-loop capacity first (30 s closed loop for a first guess, three probes
+# bracketing it), then 3 paired seeds of 120 requests per policy at 0.9x of it, fixed before the first
+# run, each seed's policies back to back in the reverse order of the seed before, the engine's worker
+# on a core of its own; TTFT per modality, RPS's ratios with their 95% intervals over seeds, where the
+# time went (about 14 minutes on 2 cores). `make compare` adds the other baselines and a second load.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve demo --server-per-policy --policies fcfs,rps --load-fraction 0.9 --calibrate-s 30 \
+	$(BIN)/rps-serve demo --reuse-servers --policies fcfs,rps --load-fraction 0.9 --calibrate-s 30 \
 		--probes 3 --probe-s 45 --requests 120 --out $(OUT)/demo
 
 serve: setup $(TINY_MODEL)/config.json $(ONNX)
@@ -131,8 +130,8 @@ microbench: setup
 
 # The product through Triton, the demo's method at full length: FCFS, vLLM priority with our classes and
 # with the modality, and RPS, a fresh server for every run, COMPARE_REPEATS paired seeds interleaved at
-# COMPARE_LOADS of the open-loop capacity (bisected with 4 probes) (about 60 minutes on 2 cores with the
-# defaults; a TPOT ratio at 0.9x needs about 12 seeds to be told from 1.1x: docs/decisions.md).
+# COMPARE_LOADS of the open-loop capacity (bracketed with 4 probes) (about 60 minutes on 2 cores with the
+# defaults). Set COMPARE_REPEATS before the run, never after looking at one: docs/load-testing.md.
 COMPARE_POLICIES ?= fcfs,vllm-priority,modality-priority,rps
 COMPARE_REPEATS ?= 3
 COMPARE_LOADS ?= 0.6,0.9

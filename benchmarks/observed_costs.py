@@ -75,7 +75,7 @@ def main() -> None:
             "1",
             "--requests",
             str(args.requests),
-            "--server-per-policy",
+            "--reuse-servers",
             "--out",
             str(args.out / "demo"),
         ],

@@ -1,13 +1,21 @@
-"""Paired comparison of serving policies: a candidate's metric over a baseline's, with a 95% interval.
+"""Paired comparison of serving policies: a candidate's metric over a baseline's, with a 95% interval
+over runs.
 
 Every policy replays the same trace for seed i, so a policy's evidence is one `RequestRecords` per
-seed, in seed order, and row j of seed i is the same request (the same content, sent at the same
-moment) under every policy. A hierarchical paired bootstrap resamples seeds, then within each drawn
-seed its requests, drawing the same seeds and the same requests for both policies: that is the
-pairing. It cancels the scatter both policies share, from trace to trace (a seed with more videos is
-slower under both) and from request to request (a resample holding more long prompts has a higher
-text P90 under both), and keeps what differs between the policies' runs of the same requests. A claim
-such as "0.6x the baseline's text P90 TTFT" holds only if the interval's high end does.
+seed, in seed order. The run is the unit of evidence: the requests of one run share its bursts and
+the machine's state, so they are not independent samples. Each seed gives one ratio (the candidate's
+metric over the baseline's on that trace, steady window only); the estimate is their geometric mean
+and the interval a Student-t interval on their logarithms (n - 1 degrees of freedom), mapped back.
+The pairing cancels what the two runs of a trace share (a trace with more videos is slower under
+both). Why not a bootstrap over seeds: with 3 seeds it can say nothing wider than the best and the
+worst seed, which hold the true ratio between them only 75% of the time; the t-interval widens with
+few seeds as it should (its coverage is measured in tests/unit/test_comparison.py on synthetic runs
+with a per-run effect and bursty requests).
+
+A ratio is refused, with its reason, rather than computed over part of the evidence: where a run has
+requests that did not complete (refused, failed or lost would silently leave the metric), where a
+run has too few values for a percentile (`min_values`), and where fewer than two seeds leave no
+interval.
 """
 
 from __future__ import annotations
@@ -17,35 +25,53 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
-from rps_serve.metrics import RequestRecords, concatenate_records
+from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
 from rps_serve.workload.shapes import RequestKind
 
 _SHORT_TEXT = list(RequestKind).index(RequestKind.SHORT_TEXT)
+# A percentile of a run is measured only where at least this many of the run's values lie beyond
+# it: P90 needs 30 values, P99 300 (below that, P99 is the run's maximum, one request's bad luck).
+TAIL_VALUES = 3
 
 
 @dataclass(frozen=True)
 class Metric:
-    """A named number of a run's (or of pooled runs') records; NaN when there is nothing to measure."""
+    """A named statistic of the values `values` picks from a run's records: their mean, or their
+    `percentile` (0-100) where given. NaN values (requests that did not get that far) are left out."""
 
     name: str
-    of: Callable[[RequestRecords], float]
+    values: Callable[[RequestRecords], np.ndarray]
+    percentile: float | None = None
+
+    def of(self, records: RequestRecords) -> float:
+        """The statistic; NaN where there is no value."""
+        kept = _finite_part(self.values(records))
+        if not kept.size:
+            return math.nan
+        if self.percentile is None:
+            return float(kept.mean())
+        return _percentile(kept, self.percentile)
+
+    @property
+    def min_values(self) -> int:
+        """The fewest values a run needs for the statistic (`TAIL_VALUES` beyond a percentile)."""
+        if self.percentile is None:
+            return 1
+        return math.ceil(TAIL_VALUES / (1 - self.percentile / 100) - 1e-9)
+
+    def count(self, records: RequestRecords) -> int:
+        return int(_finite_part(self.values(records)).size)
 
 
 def _finite_part(values: np.ndarray) -> np.ndarray:
-    # NaN marks a request that did not get that far: it has no value to count. Dropping NaNs here
-    # rather than calling np.nanpercentile / np.nanmean gives the same numbers, never warns on an
-    # empty or all-NaN slice, and is faster in the bootstrap's inner loop.
     return values[~np.isnan(values)]
 
 
-def _percentile(values: np.ndarray, q: float) -> float:
-    """np.percentile's default (linear interpolation between the closest ranks), on a partial sort:
-    np.percentile's own overhead was half the bootstrap's time."""
-    kept = _finite_part(values)
-    if not kept.size:
-        return math.nan
+def _percentile(kept: np.ndarray, q: float) -> float:
+    """np.percentile's default (linear interpolation between the closest ranks), on a partial sort."""
     rank = (kept.size - 1) * q / 100
     below = math.floor(rank)
     above = min(below + 1, kept.size - 1)
@@ -53,50 +79,35 @@ def _percentile(values: np.ndarray, q: float) -> float:
     return float(part[below] + (rank - below) * (part[above] - part[below]))
 
 
-def _mean(values: np.ndarray) -> float:
-    kept = _finite_part(values)
-    return float(kept.mean()) if kept.size else math.nan
+def _ttft_of(modality: Modality) -> Callable[[RequestRecords], np.ndarray]:
+    return lambda records: records.ttft[records.modality == modality.index]
 
 
-def _ttft_of(records: RequestRecords, modality: Modality) -> np.ndarray:
-    return records.ttft[records.modality == modality.index]
-
-
-def text_p90_ttft(records: RequestRecords) -> float:
-    return _percentile(_ttft_of(records, Modality.TEXT), 90)
-
-
-def short_text_p90_ttft(records: RequestRecords) -> float:
-    """P90 TTFT of the short texts (the workload's kind, not a class): the requests a long prefill
-    ahead of them delays most; NaN where the records do not say the kind."""
+def _short_text_ttft(records: RequestRecords) -> np.ndarray:
+    """TTFT of the short texts (the workload's kind, not a class): the requests a long prefill ahead
+    of them delays most; none where the records do not say the kind."""
     if records.kind is None:
-        return math.nan
-    return _percentile(records.ttft[records.kind == _SHORT_TEXT], 90)
+        return np.empty(0)
+    return records.ttft[records.kind == _SHORT_TEXT]
 
 
-def text_mean_ttft(records: RequestRecords) -> float:
-    return _mean(_ttft_of(records, Modality.TEXT))
+def _sand_ttft(records: RequestRecords) -> np.ndarray:
+    """TTFT of the requests the cost model put in the lightest class, whatever their modality."""
+    return records.ttft[records.level == 0]
 
 
-def video_mean_ttft(records: RequestRecords) -> float:
-    return _mean(_ttft_of(records, Modality.VIDEO))
-
-
-def video_p99_ttft(records: RequestRecords) -> float:
-    return _percentile(_ttft_of(records, Modality.VIDEO), 99)
-
-
-def tpot_mean(records: RequestRecords) -> float:
-    return _mean(records.tpot)
+def _tpot(records: RequestRecords) -> np.ndarray:
+    return records.tpot
 
 
 HEADLINE_METRICS: tuple[Metric, ...] = (
-    Metric("text P90 TTFT", text_p90_ttft),
-    Metric("short-text P90 TTFT", short_text_p90_ttft),
-    Metric("text mean TTFT", text_mean_ttft),
-    Metric("video mean TTFT", video_mean_ttft),
-    Metric("video P99 TTFT", video_p99_ttft),
-    Metric("TPOT mean", tpot_mean),
+    Metric("text P90 TTFT", _ttft_of(Modality.TEXT), 90),
+    Metric("short-text P90 TTFT", _short_text_ttft, 90),
+    Metric("sand P90 TTFT", _sand_ttft, 90),
+    Metric("text mean TTFT", _ttft_of(Modality.TEXT)),
+    Metric("video mean TTFT", _ttft_of(Modality.VIDEO)),
+    Metric("video P99 TTFT", _ttft_of(Modality.VIDEO), 99),
+    Metric("TPOT mean", _tpot),
 )
 
 
@@ -107,27 +118,32 @@ def steady(runs: Sequence[RequestRecords]) -> list[RequestRecords]:
 
 @dataclass(frozen=True)
 class Ratio:
-    """Candidate's metric over the baseline's: the pooled estimate and a bootstrap interval.
-
-    `low` and `high` are NaN when no resample gave a finite ratio.
-    """
+    """Candidate's metric over the baseline's: the geometric mean of the seeds' ratios and its
+    interval over seeds; or, where `refused` says why, no ratio (NaN estimate and interval)."""
 
     estimate: float
     low: float
     high: float
     seeds: int
-    requests: int  # candidate requests pooled over the seeds
+    requests: int  # candidate requests in the steady windows of the seeds
     per_seed: tuple[float, ...] = ()  # the ratio of each seed's runs alone, in seed order
+    refused: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return not self.refused and math.isfinite(self.low) and math.isfinite(self.high)
 
     def differs(self) -> bool:
         """Whether the interval excludes 1."""
-        return self.high < 1 or self.low > 1
+        return self.measured and (self.high < 1 or self.low > 1)
 
     def meets(self, target: float) -> bool:
-        """Whether the ratio is at most `target`: a target holds only if its interval does."""
-        return self.high <= target
+        """Whether the ratio is at most `target`: a target holds only if its whole interval does."""
+        return self.measured and self.high <= target
 
     def verdict(self) -> str:
+        if not self.measured:
+            return "not measured"
         if self.high < 1:
             return "faster"
         if self.low > 1:
@@ -135,90 +151,78 @@ class Ratio:
         return "no difference measured"
 
     def __str__(self) -> str:
-        return f"{self.estimate:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+        if not self.measured:
+            return f"not measured ({self.refused or 'no interval'})"
+        return f"{self.estimate:.2f}x [{self.low:.2f}, {self.high:.2f}] n={self.seeds}"
 
 
-@dataclass(frozen=True)
-class _Pool:
-    """A policy's runs as one set of records, with where each seed's rows start and how many it has."""
-
-    records: RequestRecords
-    offsets: np.ndarray
-    sizes: np.ndarray
-
-    @classmethod
-    def of(cls, runs: Sequence[RequestRecords]) -> _Pool:
-        sizes = np.array([len(run.arrival_s) for run in runs], dtype=np.intp)
-        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
-        return cls(concatenate_records(runs), offsets, sizes)
-
-    def draw(self, rng: np.random.Generator, seeds: np.ndarray) -> np.ndarray:
-        """Row indices of one resample: for every drawn seed, as many of its rows as it has, with
-        replacement. A seed drawn twice contributes twice; a seed with no rows contributes none. Pools
-        of the same seeds' sizes index the same requests with the same draw."""
-        counts = self.sizes[seeds]
-        starts = np.repeat(self.offsets[seeds], counts)
-        spans = np.repeat(counts, counts)
-        # One vectorized draw for all seeds: an offset in [0, n) for each row of a seed of n rows
-        # (scaled uniforms are cheaper than integers() with per-row bounds; the minimum guards
-        # against u * n rounding up to n).
-        offsets = (rng.random(spans.size) * spans).astype(np.intp)
-        return starts + np.minimum(offsets, spans - 1)
+def log_t_interval(ratios: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of positive `ratios` and the Student-t interval of their mean logarithm, mapped
+    back: (estimate, low, high). Two ratios at least."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    n = logs.size
+    if n < 2:
+        raise ValueError(f"an interval needs two ratios at least, got {n}")
+    centre = float(logs.mean())
+    half = float(student_t.ppf((1 + confidence) / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n))
+    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
-def _ratio(candidate: float, baseline: float) -> float:
-    # A zero or NaN baseline gives inf or NaN; the interval keeps only finite ratios.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float64(candidate) / np.float64(baseline))
+def _refusal(candidate: Sequence[RequestRecords], baseline: Sequence[RequestRecords], metric: Metric) -> str:
+    """Why the runs cannot give `metric`'s ratio; empty where they can."""
+    for name, runs in (("candidate", candidate), ("baseline", baseline)):
+        unanswered = sum(int((~run.completed).sum()) for run in runs)
+        if unanswered:
+            return f"{name} has {unanswered} requests not completed"
+    for seed, runs in enumerate(zip(steady(candidate), steady(baseline), strict=True)):
+        fewest = min(metric.count(run) for run in runs)
+        if fewest < metric.min_values:
+            return f"seed {seed}: {fewest} values, {metric.name} needs {metric.min_values}"
+    if len(candidate) < 2:
+        return "one seed: no interval"
+    return ""
 
 
 def paired_ratio(
     candidate: Sequence[RequestRecords],
     baseline: Sequence[RequestRecords],
     metric: Metric,
-    resamples: int = 2000,
     confidence: float = 0.95,
-    seed: int = 0,
 ) -> Ratio:
-    """`metric` of the pooled candidate runs over that of the pooled baseline runs, with a
-    hierarchical paired bootstrap percentile interval.
+    """`metric` of the candidate's runs over the baseline's, seed by seed over each run's steady
+    window, and the interval over seeds (`log_t_interval`).
 
-    `candidate[i]` and `baseline[i]` are the two policies' runs of seed i's trace, row j of each the
-    same request. Each resample draws seeds with replacement, then each drawn seed's requests with
-    replacement, the same seeds and requests for both policies, pools them per policy and takes the
-    ratio.
+    `candidate[i]` and `baseline[i]` are the two policies' whole runs of seed i's trace (every
+    request, so that one that did not complete refuses the ratio, wherever it arrived).
     """
     if len(candidate) != len(baseline):
         raise ValueError(f"candidate has {len(candidate)} runs and baseline {len(baseline)}: not paired")
     if not candidate:
         raise ValueError("no runs to compare")
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, got {resamples}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-
-    cand, base = _Pool.of(candidate), _Pool.of(baseline)
-    if not np.array_equal(cand.sizes, base.sizes):
+    sizes = [len(run.arrival_s) for run in candidate], [len(run.arrival_s) for run in baseline]
+    if sizes[0] != sizes[1]:
         raise ValueError(
-            f"requests per seed differ (candidate {cand.sizes.tolist()}, baseline {base.sizes.tolist()}): "
-            "not the same traces"
+            f"requests per seed differ (candidate {sizes[0]}, baseline {sizes[1]}): not the same traces"
         )
-    estimate = _ratio(metric.of(cand.records), metric.of(base.records))
 
-    rng = np.random.Generator(np.random.PCG64(seed))
-    n = len(candidate)
-    ratios = np.empty(resamples)
-    for b in range(resamples):
-        rows = cand.draw(rng, rng.integers(0, n, size=n))
-        ratios[b] = _ratio(metric.of(cand.records.select(rows)), metric.of(base.records.select(rows)))
-    finite = ratios[np.isfinite(ratios)]
-    if finite.size:
-        tail = 100 * (1 - confidence) / 2
-        low, high = (float(v) for v in np.percentile(finite, [tail, 100 - tail]))
-    else:
-        low = high = math.nan
-    per_seed = tuple(_ratio(metric.of(c), metric.of(b)) for c, b in zip(candidate, baseline, strict=True))
-    return Ratio(estimate, low, high, seeds=n, requests=int(cand.sizes.sum()), per_seed=per_seed)
+    windows = steady(candidate), steady(baseline)
+    per_seed = tuple(_ratio(metric.of(c), metric.of(b)) for c, b in zip(*windows, strict=True))
+    requests = sum(len(run.arrival_s) for run in windows[0])
+    refused = _refusal(candidate, baseline, metric)
+    if not refused and not all(math.isfinite(r) and r > 0 for r in per_seed):
+        refused = "a seed's ratio is zero or not finite"
+    if refused:
+        return Ratio(math.nan, math.nan, math.nan, len(candidate), requests, per_seed, refused)
+    estimate, low, high = log_t_interval(per_seed, confidence)
+    return Ratio(estimate, low, high, len(candidate), requests, per_seed)
+
+
+def _ratio(candidate: float, baseline: float) -> float:
+    # A zero or NaN baseline gives inf or NaN: the ratio is then refused.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(candidate) / np.float64(baseline))
 
 
 def ratio_rows(
@@ -226,7 +230,8 @@ def ratio_rows(
     candidate: str,
     metrics: Sequence[Metric] = HEADLINE_METRICS,
 ) -> dict[str, dict[str, Ratio]]:
-    """For every baseline policy other than `candidate`: each metric's name -> candidate / baseline."""
+    """For every baseline policy other than `candidate`: each metric's name -> candidate / baseline,
+    from each policy's whole runs in seed order."""
     if candidate not in records:
         raise ValueError(f"no runs of candidate policy {candidate!r}")
     return {

@@ -1,5 +1,5 @@
 """`rps-serve demo`: a mixed workload through the local tritonserver under each policy, each run on a
-fresh server, at one or more fractions of the measured capacity, repeats interleaved and pooled."""
+fresh server, at one or more fractions of the measured capacity, seeds fixed first, policies interleaved."""
 
 from __future__ import annotations
 
@@ -54,18 +54,10 @@ def add_parser(commands: Any) -> None:
         "--no-pin", action="store_true", help="leave the engine's worker where the OS puts it"
     )
     parser.add_argument(
-        "--server-per-policy",
+        "--reuse-servers",
         action="store_true",
-        help="run each policy's seeds one after another on one server (a shorter demo) instead of a "
-        "fresh server for every run",
-    )
-    parser.add_argument(
-        "--speed-reruns",
-        type=int,
-        default=1,
-        help="run a seed again (every policy), at most this many times, while its runs found the machine "
-        "at speeds too far apart (the median step decoding one request alone; docs/load-testing.md); "
-        "0: never",
+        help="keep a server for the next run where the same policy runs next (fewer server starts; "
+        "each seed's policies still run back to back, in the reverse order of the seed before)",
     )
     parser.add_argument(
         "--out", type=Path, metavar="DIR", default=Path("out/demo"), help="results, plots and server logs"
@@ -105,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         front_end=args.front_end,
         pin=not args.no_pin,
-        fresh_servers=not args.server_per_policy,
-        speed_reruns=args.speed_reruns,
+        reuse_servers=args.reuse_servers,
     )
     pace = (
         f"at {args.rate} req/s"
@@ -117,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
         f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, {config.repeats} "
         f"paired seeds per policy ({', '.join(config.policies)}), "
         + (
-            "interleaved, each run on a fresh tritonserver"
-            if config.fresh_servers
-            else "a fresh tritonserver per policy"
+            "interleaved, a server kept where a policy runs on"
+            if config.reuse_servers
+            else "interleaved, each run on a fresh tritonserver"
         )
         + f"; classes from the cost model in {args.repository}, trained on "
         f"{cost_model_source(args.repository)}; server logs in {config.out}",
@@ -127,11 +118,8 @@ def run(args: argparse.Namespace) -> int:
     )
     demo = run_demo(config, progress=lambda line: print(line, flush=True))
     if demo.open_loop is not None and demo.closed_loop is not None:
-        probes = ", ".join(
-            f"{p.rate:.2f}/s {'bounded' if p.bounded else 'unbounded'}" for p in demo.open_loop.probes
-        )
         print(
-            f"capacity: {demo.open_loop.rate:.2f} req/s open loop ({probes}); "
+            f"capacity: {demo.open_loop.describe()}; "
             f"closed loop {demo.closed_loop.rate:.2f} req/s with {demo.closed_loop.concurrency} in flight"
         )
     for load in demo.loads:
@@ -145,9 +133,6 @@ def run(args: argparse.Namespace) -> int:
         print(engine_table(analysis))
         for line in machine_speed_lines(load):
             print(line)
-        if load.first_run_ratios is not None:
-            print("the same ratios over each seed's first runs (what they said before any seed ran again):")
-            print(ratio_table(load.first_run_ratios))
         print(run_stage_table(analysis))
         print(token_parts_table(analysis))
         print(process_table(load.runs))

@@ -1,11 +1,12 @@
 """What a server sustains, measured before loads that are sized as a fraction or a multiple of it:
 completed requests per second of a mix with a fixed number always in flight (closed loop, the soak's
-measure and the open-loop search's upper guess), and the highest Poisson rate at which the backlog
-stays bounded (open loop, the demo's and the comparison's)."""
+measure and the open-loop search's first guess), and the highest Poisson rate at which the backlog
+stays bounded (open loop, the demo's and the comparison's), bracketed by probes."""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -117,10 +118,29 @@ class Probe:
 
 @dataclass(frozen=True)
 class OpenLoopCapacity:
-    """The highest Poisson rate whose probe kept the backlog bounded, and every probe taken."""
+    """The highest Poisson rate whose probe kept the backlog bounded (`rate`), and every probe taken.
+
+    `bracketed` where a probe above `rate` found the backlog growing: the capacity lies between. Where
+    none did, `rate` is only a lower bound; where no probe was bounded, `rate` is the search's low
+    end, a guess no probe confirmed.
+    """
 
     rate: float
     probes: tuple[Probe, ...]
+
+    @property
+    def bracketed(self) -> bool:
+        return any(p.bounded for p in self.probes) and any(not p.bounded for p in self.probes)
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{p.rate:.2f}/s {'bounded' if p.bounded else 'unbounded'}" for p in self.probes)
+        if self.bracketed:
+            above = min(p.rate for p in self.probes if not p.bounded)
+            return f"{self.rate:.2f} req/s open loop, below {above:.2f} ({shown})"
+        if any(p.bounded for p in self.probes):
+            return f"at least {self.rate:.2f} req/s open loop: no probe found the backlog growing ({shown})"
+        lowest = min(p.rate for p in self.probes)
+        return f"below {lowest:.2f} req/s open loop, loads sized from {self.rate:.2f} ({shown})"
 
 
 def backlog_growth(records: RequestRecords) -> float:
@@ -135,17 +155,23 @@ def backlog_growth(records: RequestRecords) -> float:
     return float(np.polyfit(grid, in_system, 1)[0])
 
 
+# Where every probe so far was bounded, the next probes this much higher.
+STEP_UP = 1.25
+
+
 def search_open_loop_capacity(
     probe: Callable[[float], Replayed], ceiling: float, probes: int, low_fraction: float = 0.5
 ) -> OpenLoopCapacity:
-    """Bisect the rate between `low_fraction` x `ceiling` and `ceiling` (an upper guess: the closed-loop
-    rate, which holds requests back while 16 are in flight; here the open-loop capacity came out at
-    0.85-0.9 of it) with `probes` open-loop runs (`probe(rate)` replays a fresh Poisson workload at
-    that rate); the capacity is the highest bounded rate probed, or the low end if none was."""
-    low, high = low_fraction * ceiling, ceiling
-    taken = []
+    """Bracket, then bisect, the highest rate whose backlog stays bounded, with `probes` open-loop
+    runs (`probe(rate)` replays a fresh Poisson workload at that rate).
+
+    The first probe runs at `ceiling` (the closed-loop rate: a guess, which the open-loop capacity
+    has come out both below and above); while every probe is bounded the next is `STEP_UP` higher,
+    and once one is not, the search bisects between the highest bounded rate (or `low_fraction` x
+    `ceiling`) and the lowest unbounded one."""
+    bounded_at, unbounded_at = low_fraction * ceiling, math.inf
+    rate, taken = ceiling, []
     for _ in range(probes):
-        rate = (low + high) / 2
         replayed = probe(rate)
         result = Probe(rate, backlog_growth(replayed.records), replayed.tally.sent - replayed.tally.completed)
         taken.append(result)
@@ -156,6 +182,9 @@ def search_open_loop_capacity(
             result.unfinished,
             "bounded" if result.bounded else "unbounded",
         )
-        low, high = (rate, high) if result.bounded else (low, rate)
-    bounded = [p.rate for p in taken if p.bounded]
-    return OpenLoopCapacity(max(bounded, default=low), tuple(taken))
+        if result.bounded:
+            bounded_at = max(bounded_at, rate)
+        else:
+            unbounded_at = min(unbounded_at, rate)
+        rate = bounded_at * STEP_UP if math.isinf(unbounded_at) else (bounded_at + unbounded_at) / 2
+    return OpenLoopCapacity(bounded_at, tuple(taken))

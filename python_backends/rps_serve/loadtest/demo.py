@@ -1,25 +1,20 @@
 """The demo, and the policy comparison through Triton: the same mixed workloads through the local
-Triton server under each policy, each run on a freshly started server, measured so that policies can
-be told apart on a small, noisy machine.
+Triton server under each policy, measured so that policies can be told apart on a small, noisy machine.
 
 The method:
 - placement: the engine's worker on a core of its own, everything else (tritonserver, the stubs,
   vLLM's EngineCore, this load client) on the others (`loadtest.placement`), as a GPU is its own
   device; every run records which process ran where and the CPU seconds it used;
 - load: open-loop Poisson at fractions of the open-loop capacity, the highest rate at which FCFS's
-  backlog stays bounded, found by bisection (`loadtest.capacity`) below the closed-loop rate;
-- evidence: `repeats` seeds, each a trace every policy replays (paired) and each holding the mix's
-  proportions and the rate exactly (stratified: every seed offers the load the fraction names, as
-  every probe of the capacity search does), the policies interleaved
-  (each seed's in an order rotated from the seed before: `run_order`), a fresh server for every run
-  (`fresh_servers`; without it, as in the short demo, each policy's seeds run one after another on
-  one server, drained in between, the policies in turn: a server's start costs a minute on two
-  cores); only the steady state counts (arrivals between the first and last 10%); every ratio
-  carries a 95% paired-bootstrap interval over seeds and requests (`rps_serve.comparison`); every
-  run's machine speed is measured from its own steps, and a seed whose paired runs found the machine
-  at different speeds is run again, every policy, up to `speed_reruns` times, the runs closest in
-  speed kept and the others set aside (`SetAside`, in `demo.json`); a seed still apart is named
-  (`machine_speed_lines`);
+  backlog stays bounded, bracketed by a probe where it grew (`loadtest.capacity`); where no probe
+  found it growing, the loads are fractions of a lower bound, and say so;
+- evidence: `repeats` seeds, fixed before the first run (`run_plan`, written to `plan.json`), each
+  a trace every policy replays (paired) holding the mix's proportions and the rate exactly
+  (stratified); each seed's policies run back to back, in the reverse order of the seed before
+  (`run_order`), so that a drift of the machine lands on no policy more than another; every run is
+  kept: none is added, repeated or dropped after its outcome is seen; only the steady state counts
+  (arrivals between the first and last 10%); every ratio carries a 95% interval over seeds
+  (`rps_serve.comparison`); every run's machine speed is recorded beside it, and acted on nowhere;
 - where time goes: each server writes a run log (`triton.run_log`): per engine step, the loop's lag,
   and each request's stages, summarized over the steady window (`loadtest.run_analysis`).
 """
@@ -81,17 +76,15 @@ DEMO_MAX_OUTPUT_TOKENS = 32
 DEMO_CONTENT = ContentLimits(max_text_tokens=4096, max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
 CAPACITY_SEED_OFFSET = 104729  # calibration content shares nothing with the replays' (no cache hits)
 CANDIDATE = "rps"
-# What RPS is to achieve against each baseline (the candidate's metric over the baseline's at most
-# this); a target is met only where the ratio's whole 95% interval is.
+# What RPS is to achieve against each baseline on mixed-iii near capacity (the candidate's metric over
+# the baseline's at most this); a target is met only where the ratio's whole 95% interval is.
 TARGETS: tuple[tuple[str, str, float], ...] = (
-    ("fcfs", "text P90 TTFT", 0.5),
-    ("vllm-priority", "text P90 TTFT", 0.9),
-    ("modality-priority", "text P90 TTFT", 0.8),
-    ("fcfs", "TPOT mean", 1.1),
-    ("fcfs", "video P99 TTFT", 1.5),
+    ("fcfs", "text P90 TTFT", 0.75),
+    ("fcfs", "TPOT mean", 1.0),
+    ("modality-priority", "sand P90 TTFT", 0.9),
 )
-# Paired runs whose machine speed (`run_speed`) differs by more than this are run again, then flagged:
-# the same runs of one policy on this machine scatter by about 6% in it.
+# Paired runs whose machine speed (`run_speed`) differs by more than this are named (and nothing
+# else): the same runs of one policy on this machine scatter by about 6% in it.
 SPEED_TOLERANCE = 0.15
 
 
@@ -100,8 +93,8 @@ class DemoConfig:
     """`rates` (requests per second) replace the open-loop capacity times `load_fractions`.
     `front_end` ("class" or "vllm") puts every policy on that front end (an ablation); None leaves each
     its own. `pin` places the engine's worker on a core of its own (where there are two or more).
-    `speed_reruns`: how many times, at most, a seed whose runs found the machine at speeds more than
-    `SPEED_TOLERANCE` apart is run again (every policy); 0 runs each seed once."""
+    `reuse_servers` keeps a server for the next run where the same policy runs next (`run_order`);
+    otherwise every run starts a fresh one."""
 
     repository: Path
     model: Path
@@ -118,8 +111,7 @@ class DemoConfig:
     seed: int = 0
     front_end: str | None = None
     pin: bool = True
-    fresh_servers: bool = True
-    speed_reruns: int = 1
+    reuse_servers: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,9 +123,6 @@ class PolicyRun:
     analysis: dict[str, Any]
     processes: list[dict[str, Any]]
     fit: ServedFit | None  # the online cost model at the run's end; None where it is off
-
-
-SeedRuns = dict[str, PolicyRun]  # one seed's run of each policy
 
 
 def run_speed(run: PolicyRun) -> float:
@@ -148,77 +137,22 @@ def speed_change(candidate: PolicyRun, baseline: PolicyRun) -> float:
     return run_speed(candidate) / run_speed(baseline) - 1
 
 
-def speed_spread(runs: SeedRuns) -> float:
-    """How far apart one seed's runs found the machine: the largest |`speed_change`| of the
-    candidate's run against a baseline's; 0 without the candidate, NaN where a run's speed is
-    unmeasured (then nothing can say the runs differ)."""
-    if CANDIDATE not in runs:
-        return 0.0
-    changes = [abs(speed_change(runs[CANDIDATE], run)) for p, run in runs.items() if p != CANDIDATE]
-    return math.nan if any(map(math.isnan, changes)) else max(changes, default=0.0)
-
-
-@dataclass(frozen=True)
-class SetAside:
-    """A seed's runs (its `attempt`-th: 0 the first) that another run of the seed replaced or did not
-    improve on: they found the machine `spread` apart in speed (`speed_spread`), the runs kept
-    `kept_spread`. Nothing but the speeds chose: the metrics the ratios compare play no part."""
-
-    seed: int
-    attempt: int
-    runs: SeedRuns
-    spread: float
-    kept_spread: float
-
-
 @dataclass
 class LoadRuns:
-    """Every policy's runs at one arrival rate (`fraction` of the open-loop capacity, if measured),
-    in seed order, and the runs of seeds run again that were set aside."""
+    """Every policy's runs at one arrival rate (`fraction` of the open-loop capacity, if measured;
+    `bracketed` False where the capacity is only a lower bound), in seed order."""
 
     rate: float
     fraction: float | None
     runs: dict[str, list[PolicyRun]] = field(default_factory=dict)
-    set_aside: list[SetAside] = field(default_factory=list)
-
-    def seed_runs(self, seed: int) -> SeedRuns:
-        return {policy: runs[seed] for policy, runs in self.runs.items()}
-
-    def apart_seeds(self, tolerance: float = SPEED_TOLERANCE) -> list[int]:
-        """The seeds whose runs found the machine more than `tolerance` apart in speed."""
-        seeds = range(min(map(len, self.runs.values()), default=0))
-        return [seed for seed in seeds if speed_spread(self.seed_runs(seed)) > tolerance]
-
-    def keep_closer(self, seed: int, again: SeedRuns, attempt: int) -> None:
-        """Of `seed`'s runs and `again` (its `attempt`-th runs), keep those closer in machine speed
-        and set the others aside (a tie keeps the earlier runs)."""
-        kept = self.seed_runs(seed)
-        before, after = speed_spread(kept), speed_spread(again)
-        if after < before:
-            self.set_aside.append(SetAside(seed, self._kept_attempt(seed), kept, before, after))
-            for policy, run in again.items():
-                self.runs[policy][seed] = run
-        else:
-            self.set_aside.append(SetAside(seed, attempt, again, after, before))
-
-    def _kept_attempt(self, seed: int) -> int:
-        """Which of `seed`'s attempts (0, 1, … in the order run) its runs in `runs` are: the one not
-        set aside."""
-        aside = {a.attempt for a in self.set_aside if a.seed == seed}
-        return next(attempt for attempt in itertools.count() if attempt not in aside)
-
-    def first_runs(self) -> LoadRuns:
-        """These runs as they were before any seed ran again: each seed's first runs."""
-        runs = {policy: list(policy_runs) for policy, policy_runs in self.runs.items()}
-        for aside in self.set_aside:
-            if aside.attempt == 0:
-                for policy, run in aside.runs.items():
-                    runs[policy][aside.seed] = run
-        return LoadRuns(self.rate, self.fraction, runs)
+    bracketed: bool = True
 
     @property
     def name(self) -> str:
-        return f"{self.rate:.2f} req/s" + ("" if self.fraction is None else f" ({self.fraction:g}x)")
+        if self.fraction is None:
+            return f"{self.rate:.2f} req/s"
+        of = "" if self.bracketed else " of a lower bound on the capacity"
+        return f"{self.rate:.2f} req/s ({self.fraction:g}x{of})"
 
     def steady_records(self) -> dict[str, list[RequestRecords]]:
         """Per policy, each seed's run cut to its steady window."""
@@ -235,16 +169,10 @@ class LoadRuns:
 
     @functools.cached_property
     def ratios(self) -> dict[str, dict[str, Ratio]]:
-        """The candidate's paired ratios to each baseline (a bootstrap each: computed once, so read it
+        """The candidate's paired ratios to each baseline over the whole runs (computed once: read it
         only when every run is in)."""
-        records = self.steady_records()
+        records = {p: [r.bench.records for r in runs] for p, runs in self.runs.items()}
         return ratio_rows(records, CANDIDATE) if CANDIDATE in records and len(records) > 1 else {}
-
-    @functools.cached_property
-    def first_run_ratios(self) -> dict[str, dict[str, Ratio]] | None:
-        """`ratios` over each seed's first runs (`first_runs`), what the comparison had said without
-        running seeds again; None where no seed ran again."""
-        return self.first_runs().ratios if self.set_aside else None
 
 
 @dataclass(frozen=True)
@@ -258,13 +186,37 @@ class DemoRuns:
         return [t for load in self.loads for t in load.tallies().values()]
 
 
+def run_plan(config: DemoConfig) -> list[str]:
+    """What the runs will be, fixed before the first: seeds, requests, policies, their order and the
+    rule that no run is added, repeated or dropped after its outcome is seen."""
+    order = run_order(config.policies, range(config.repeats), config.reuse_servers)
+    shown = "; ".join(f"{policy} {'+'.join(str(s) for s in seeds)}" for policy, seeds in order)
+    loads = ", ".join(f"{r:g} req/s" for r in config.rates) or ", ".join(
+        f"{f:g}x capacity" for f in config.load_fractions
+    )
+    last = config.seed + config.repeats - 1
+    return [
+        f"plan, fixed before the first run: {config.repeats} seeds ({config.seed}..{last}) x "
+        f"{len(config.policies)} policies ({', '.join(config.policies)}) at {loads}, "
+        f"{config.requests} requests a run",
+        f"servers in order (policy seeds): {shown}",
+        "every run is kept and reported: none is added, repeated or dropped after its outcome is seen",
+    ]
+
+
 def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) -> DemoRuns:
-    """Place the processes, find the capacity unless rates are given, then at each load every seed's
-    trace under every policy in turn, each run on a fresh server; `progress` hears of each step."""
+    """Write the plan, place the processes, find the capacity unless rates are given, then at each
+    load every seed's trace under every policy in `run_order`; `progress` hears of each step."""
     if config.repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {config.repeats}")
     config.out.mkdir(parents=True, exist_ok=True)
     (config.out / "runs").mkdir(exist_ok=True)
+    plan = run_plan(config)
+    (config.out / "plan.json").write_text(
+        json.dumps({"plan": plan, "config": _settings(config)}, indent=1) + "\n"
+    )
+    for line in plan:
+        progress(line)
     workdir = config.out.resolve() / "server"
     workdir.mkdir(exist_ok=True)
     configure_cpu_engine_environment(workdir / "vllm")
@@ -276,61 +228,36 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
     closed = opened = None
     if not loads:
         closed, opened = _find_capacity(config, placement, progress)
-        loads = [LoadRuns(fraction * opened.rate, fraction) for fraction in config.load_fractions]
+        loads = [LoadRuns(f * opened.rate, f, bracketed=opened.bracketed) for f in config.load_fractions]
     total, counter = len(loads) * config.repeats * len(config.policies), itertools.count(1)
 
     def run_started(line: str) -> None:
         progress(f"[{next(counter)}/{total}] {line}")
 
     for load in loads:
-        first = _run_seeds(config, placement, load.rate, range(config.repeats), 0, run_started)
-        load.runs = {policy: [runs[seed] for seed in range(config.repeats)] for policy, runs in first.items()}
-        for attempt in range(1, config.speed_reruns + 1):
-            if not (apart := load.apart_seeds()):
-                break
-            progress(
-                f"{load.name}: the runs of seed(s) {', '.join(map(str, apart))} found the machine more than "
-                f"{SPEED_TOLERANCE:.0%} apart in speed; running them again (every policy)"
-            )
-            again = _run_seeds(
-                config, placement, load.rate, apart, attempt, lambda line: progress(f"[again] {line}")
-            )
-            for seed in apart:
-                load.keep_closer(seed, {policy: runs[seed] for policy, runs in again.items()}, attempt)
+        runs: dict[str, dict[int, PolicyRun]] = {}
+        for policy, seeds in run_order(config.policies, range(config.repeats), config.reuse_servers):
+            name = f"{policy}-{load.rate:.2f}-" + "-".join(str(s + 1) for s in seeds)
+            done = _runs_on_one_server(config, placement, policy, name, load.rate, seeds, run_started)
+            runs.setdefault(policy, {}).update(zip(seeds, done, strict=True))
+        load.runs = {policy: [by_seed[s] for s in range(config.repeats)] for policy, by_seed in runs.items()}
     return DemoRuns(loads, placement, closed, opened)
 
 
-def _run_seeds(
-    config: DemoConfig,
-    placement: Placement | None,
-    rate: float,
-    seeds: Sequence[int],
-    attempt: int,
-    run_started: Callable[[str], None],
-) -> dict[str, dict[int, PolicyRun]]:
-    """Every policy's run of each of `seeds` at `rate`, in `run_order` (rotated by `attempt` more)."""
-    runs: dict[str, dict[int, PolicyRun]] = {}
-    for policy, repeats in run_order(config.policies, seeds, config.fresh_servers, shift=attempt):
-        name = f"{policy}-{rate:.2f}-" + "-".join(str(r + 1) for r in repeats)
-        name += f"-again{attempt}" if attempt else ""
-        done = _runs_on_one_server(config, placement, policy, name, rate, repeats, run_started)
-        runs.setdefault(policy, {}).update(zip(repeats, done, strict=True))
-    return runs
-
-
 def run_order(
-    policies: Sequence[str], seeds: Sequence[int], fresh_servers: bool, shift: int = 0
+    policies: Sequence[str], seeds: Sequence[int], reuse_servers: bool
 ) -> list[tuple[str, list[int]]]:
-    """The servers in the order they run, each with the seeds it replays. With `fresh_servers`, one
-    server a run, seed by seed, each seed's policies in an order rotated by one from the seed before
-    (seed i starts with policy i + `shift`): no policy always runs last of a seed, when the machine's
-    speed drifts. Without, one server per policy, its seeds one after another."""
-    if not fresh_servers:
-        return [(policy, list(seeds)) for policy in policies]
-    order = []
-    for seed in seeds:
-        first = (seed + shift) % len(policies)
-        order += [(policy, [seed]) for policy in [*policies[first:], *policies[:first]]]
+    """The servers in the order they run, each with the seeds it replays. Seed by seed, each seed's
+    policies back to back, in the reverse order of the seed before (fcfs rps, rps fcfs, fcfs rps...):
+    a drift of the machine during a seed favours no policy over the seeds. With `reuse_servers`, a
+    server runs on into the next seed where its policy ends one seed and starts the next."""
+    order: list[tuple[str, list[int]]] = []
+    for index, seed in enumerate(seeds):
+        for policy in policies if index % 2 == 0 else reversed(policies):
+            if reuse_servers and order and order[-1][0] == policy:
+                order[-1][1].append(seed)
+            else:
+                order.append((policy, [seed]))
     return order
 
 
@@ -397,7 +324,7 @@ def _bench_config(
 def _find_capacity(
     config: DemoConfig, placement: Placement | None, progress: Callable[[str], None]
 ) -> tuple[Capacity, OpenLoopCapacity]:
-    """On one FCFS server: the closed-loop rate, then the open-loop capacity bisected below it."""
+    """On one FCFS server: the closed-loop rate, then the open-loop capacity bracketed from it."""
     seed = config.seed + CAPACITY_SEED_OFFSET
     served = RequestFormat.of_model(config.model)
     probes = iter(range(1, config.probes + 1))
@@ -465,21 +392,29 @@ def stage_table(stages: dict[str, dict[str, Any]]) -> str:
 
 
 def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str = CANDIDATE) -> str:
-    """`candidate` over each baseline, each headline metric with its 95% interval and, where the
-    interval includes 1, "no difference measured" in place of a direction; then the first metric's
-    ratio in each seed alone (how much of the pooled ratio every seed shows)."""
+    """Each headline metric (a row), `candidate` over each baseline (a column) with its 95% interval
+    over n seeds, "=" where the interval includes 1 (no difference measured); then why a ratio was not
+    measured, and the first metric's ratio in each seed alone."""
     if not ratios:
         return ""
     names = [m.name for m in HEADLINE_METRICS]
-    lines = [f"{candidate + ' / baseline (95% CI)':<28}" + "".join(f" {n:>26}" for n in names)]
-    for baseline, by_metric in ratios.items():
-        cells = [_ratio_cell(by_metric[n]) for n in names]
-        lines.append(f"{candidate + ' / ' + baseline:<28}" + "".join(f" {c:>26}" for c in cells))
+    width = 30
+    lines = [f"{candidate + ' / baseline (95% CI)':<22}" + "".join(f" {b:>{width}}" for b in ratios)]
+    for name in names:
+        cells = [_ratio_cell(by_metric[name]) for by_metric in ratios.values()]
+        lines.append(f"{name:<22}" + "".join(f" {c:>{width}}" for c in cells))
     first = next(iter(ratios.values()))[names[0]]
     lines.append(
-        f"(steady state, {first.seeds} paired seeds, {first.requests} {candidate} requests; "
-        "= : no difference measured, the interval includes 1)"
+        f"(steady state, n = {first.seeds} paired seeds, {first.requests} {candidate} requests; "
+        "the interval over seeds; = : no difference measured, the interval includes 1)"
     )
+    refusals = {
+        f"{name}: {ratio.refused}"
+        for by_metric in ratios.values()
+        for name, ratio in by_metric.items()
+        if ratio.refused
+    }
+    lines += [f"not measured, {reason}" for reason in sorted(refusals)]
     for baseline, by_metric in ratios.items():
         seeds = ", ".join(f"{r:.2f}x" for r in by_metric[names[0]].per_seed)
         lines.append(f"{candidate} / {baseline} {names[0]}, each seed alone: {seeds}")
@@ -487,14 +422,15 @@ def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str = CANDIDATE)
 
 
 def target_lines(load: LoadRuns, repository: Path) -> list[str]:
-    """Each `TARGETS` entry whose baseline ran, met or not by its interval, and the candidate's longest
-    video waits against the starvation bound (`starvation_check`)."""
+    """Each `TARGETS` entry whose baseline ran, met, not met or not measured by its interval, and the
+    candidate's longest video waits against the starvation bound (`starvation_check`)."""
     ratios, lines = load.ratios, []
     for baseline, metric, target in TARGETS:
         if baseline in ratios:
             ratio = ratios[baseline][metric]
-            verdict = "met" if ratio.meets(target) else "not met"
-            lines.append(f"target {CANDIDATE} / {baseline} {metric} <= {target:g}x: {ratio} {verdict}")
+            verdict = "not measured" if not ratio.measured else "met" if ratio.meets(target) else "not met"
+            shown = f"{ratio.estimate:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}] n={ratio.seeds}"
+            lines.append(f"target {CANDIDATE} / {baseline} {metric} <= {target:g}x: {shown} {verdict}")
     records = load.pooled_records()
     if CANDIDATE in records:
         scale = aging_time_scale(repository)
@@ -562,8 +498,9 @@ def starvation_check(
 
 
 def _ratio_cell(ratio: Ratio) -> str:
-    mark = {"faster": "", "slower": "", "no difference measured": " ="}[ratio.verdict()]
-    return f"{ratio}{mark}"
+    if not ratio.measured:
+        return "not measured"
+    return f"{ratio}{' =' if not ratio.differs() else ''}"
 
 
 def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
@@ -591,9 +528,9 @@ def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
 
 
 def machine_speed_lines(load: LoadRuns, tolerance: float = SPEED_TOLERANCE) -> list[str]:
-    """Each run's machine speed (`run_speed`), every seed run again and why, then every seed whose
-    candidate and baseline runs still differ in it by more than `tolerance`: there the machine's speed
-    moved between the two runs, and that seed's ratios measure the machine as well as the policies."""
+    """Each run's machine speed (`run_speed`), then every seed whose candidate and baseline runs
+    differ in it by more than `tolerance`: there the machine's speed moved between the two runs, and
+    that seed's ratios measure the machine as well as the policies (said, not acted on)."""
     speeds = {policy: [run_speed(run) for run in runs] for policy, runs in load.runs.items()}
     lines = [
         "machine speed, the median step decoding one request alone (ms), per seed: "
@@ -601,12 +538,6 @@ def machine_speed_lines(load: LoadRuns, tolerance: float = SPEED_TOLERANCE) -> l
             f"{policy} {', '.join(_format('{:.2f}', v) for v in values)}" for policy, values in speeds.items()
         )
     ]
-    for aside in load.set_aside:
-        shown = ", ".join(f"{p} {_format('{:.2f}', run_speed(run))}" for p, run in aside.runs.items())
-        lines.append(
-            f"seed {aside.seed} ran again: its {_ordinal(aside.attempt)}, set aside, found the machine "
-            f"{aside.spread:.0%} apart ({shown} ms); the runs kept, {aside.kept_spread:.0%}"
-        )
     if CANDIDATE not in load.runs:
         return lines
     for baseline, runs in load.runs.items():
@@ -622,10 +553,6 @@ def machine_speed_lines(load: LoadRuns, tolerance: float = SPEED_TOLERANCE) -> l
                     "machine as well"
                 )
     return lines
-
-
-def _ordinal(attempt: int) -> str:
-    return "first runs" if attempt == 0 else f"runs again (#{attempt})"
 
 
 def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
@@ -674,12 +601,17 @@ def process_table(runs: dict[str, list[PolicyRun]]) -> str:
     return "\n".join(lines)
 
 
-def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
-    """The configuration, the placement and capacity measurements and, per load, each policy's pooled
-    steady-state results, runs, run-log analysis and processes, and the candidate's ratios."""
+def _settings(config: DemoConfig) -> dict[str, Any]:
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     settings.update(policies=list(config.policies), rates=list(config.rates))
     settings["load_fractions"] = list(config.load_fractions)
+    return settings
+
+
+def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
+    """The plan and configuration, the placement and capacity measurements and, per load, each
+    policy's pooled steady-state results, runs, run-log analysis and processes, and the candidate's
+    ratios."""
     loads = []
     for load in demo.loads:
         tallies, analysis = load.tallies(), load.analysis()
@@ -693,37 +625,29 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
             }
             for policy, records in load.pooled_records().items()
         }
-        ratios, first_ratios = (
-            {baseline: {name: _ratio_json(r) for name, r in row.items()} for baseline, row in rows.items()}
-            for rows in (load.ratios, load.first_run_ratios or {})
-        )
         loads.append(
             {
                 "rate": load.rate,
                 "fraction": load.fraction,
+                "capacity_bracketed": load.bracketed,
                 "results": results,
-                f"{CANDIDATE}_ratios": ratios,
+                f"{CANDIDATE}_ratios": {
+                    baseline: {name: _ratio_json(r) for name, r in row.items()}
+                    for baseline, row in load.ratios.items()
+                },
                 "targets": target_lines(load, config.repository),
                 "machine_speed": machine_speed_lines(load),
-                "set_aside": [
-                    {
-                        "seed": aside.seed,
-                        "attempt": aside.attempt,
-                        "spread": aside.spread,
-                        "kept_spread": aside.kept_spread,
-                        "runs": {policy: _run_summary(run) for policy, run in aside.runs.items()},
-                    }
-                    for aside in load.set_aside
-                ],
-                f"{CANDIDATE}_ratios_first_runs": first_ratios,
                 "cost_model": fit_lines(load, config.repository),
             }
         )
     return {
-        "config": settings,
+        "plan": run_plan(config),
+        "config": _settings(config),
         "placement": None if demo.placement is None else asdict(demo.placement),
         "closed_loop": None if demo.closed_loop is None else asdict(demo.closed_loop),
-        "open_loop": None if demo.open_loop is None else asdict(demo.open_loop),
+        "open_loop": None
+        if demo.open_loop is None
+        else {**asdict(demo.open_loop), "described": demo.open_loop.describe()},
         "loads": loads,
     }
 

@@ -31,16 +31,34 @@ def test_a_stable_queue_does_not_grow_and_an_overloaded_one_grows_by_the_excess(
     assert backlog_growth(_fcfs_queue(6.0, requests=4000)) == pytest.approx(6.0 - 1 / SERVICE_S, rel=0.1)
 
 
-def test_the_search_brackets_the_known_capacity() -> None:
-    rates = []
-
+def _probe(rates: list[float]):
     def probe(rate: float) -> Replayed:
         rates.append(rate)
         records = _fcfs_queue(rate, requests=int(rate * 200))
         return Replayed(records, Tally(len(records.ttft), len(records.ttft), 0, 0, 0), [])
 
-    found = search_open_loop_capacity(probe, ceiling=6.0, probes=5)
+    return probe
+
+
+@pytest.mark.parametrize("ceiling", [6.0, 3.0])
+def test_the_search_brackets_the_known_capacity(ceiling: float) -> None:
+    # A first guess above the capacity (6/s) or below it (3/s): either way a probe above is unbounded.
+    rates: list[float] = []
+    found = search_open_loop_capacity(_probe(rates), ceiling=ceiling, probes=5)
     assert rates == [p.rate for p in found.probes] and len(rates) == 5
-    # Bisection of [3, 6] five times resolves 0.1/s; the bounded-growth test lets 10% through.
+    assert rates[0] == ceiling
+    assert found.bracketed
     assert 0.8 * (1 / SERVICE_S) <= found.rate <= 1.1 * (1 / SERVICE_S)
     assert all(p.bounded == (p.rate <= found.rate) for p in found.probes)
+    assert found.describe().startswith(f"{found.rate:.2f} req/s open loop, below ")
+
+
+def test_a_search_that_never_saw_the_backlog_grow_gives_a_lower_bound() -> None:
+    rates: list[float] = []
+    found = search_open_loop_capacity(_probe(rates), ceiling=1.0, probes=2)
+    assert rates == [1.0, 1.25]  # every probe bounded: each one STEP_UP higher
+    assert not found.bracketed and found.rate == 1.25
+    assert found.describe().startswith("at least 1.25 req/s open loop")
+    nothing_bounded = search_open_loop_capacity(_probe([]), ceiling=12.0, probes=1)
+    assert not nothing_bounded.bracketed and nothing_bounded.rate == 6.0  # the unprobed low end
+    assert nothing_bounded.describe().startswith("below 12.00 req/s open loop, loads sized from 6.00")
