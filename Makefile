@@ -130,14 +130,19 @@ microbench: setup
 
 # The product through Triton, the demo's method at full length: FCFS, vLLM priority with our classes and
 # with the modality, and RPS, a fresh server for every run, COMPARE_REPEATS paired seeds interleaved at
-# COMPARE_LOADS of the open-loop capacity (bracketed with 4 probes) (about 60 minutes on 2 cores with the
+# COMPARE_LOADS of the open-loop capacity (bracketed with 4 probes), for each named workload of
+# COMPARE_MIXES (mixed-iii: the paper's; cost-vs-modality: documents, thumbnails and clips, where cost
+# and modality disagree), each into $(OUT)/compare/MIX (about an hour a workload on 2 cores with the
 # defaults). Set COMPARE_REPEATS before the run, never after looking at one: docs/load-testing.md.
 COMPARE_POLICIES ?= fcfs,vllm-priority,modality-priority,rps
 COMPARE_REPEATS ?= 3
 COMPARE_LOADS ?= 0.6,0.9
+COMPARE_MIXES ?= mixed-iii cost-vs-modality
 compare: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve demo --load-fraction $(COMPARE_LOADS) --repeats $(COMPARE_REPEATS) --probes 4 \
-		--policies $(COMPARE_POLICIES) --out $(OUT)/compare
+	for mix in $(COMPARE_MIXES); do \
+		$(BIN)/rps-serve demo --mix $$mix --load-fraction $(COMPARE_LOADS) --repeats $(COMPARE_REPEATS) \
+			--probes 4 --policies $(COMPARE_POLICIES) --out $(OUT)/compare/$$mix || exit 1; \
+	done
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.

@@ -100,6 +100,10 @@ def _tpot(records: RequestRecords) -> np.ndarray:
     return records.tpot
 
 
+def _norm_latency(records: RequestRecords) -> np.ndarray:
+    return records.norm_latency
+
+
 HEADLINE_METRICS: tuple[Metric, ...] = (
     Metric("text P90 TTFT", _ttft_of(Modality.TEXT), 90),
     Metric("short-text P90 TTFT", _short_text_ttft, 90),
@@ -108,6 +112,7 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
     Metric("video mean TTFT", _ttft_of(Modality.VIDEO)),
     Metric("video P99 TTFT", _ttft_of(Modality.VIDEO), 99),
     Metric("TPOT mean", _tpot),
+    Metric("normalized latency mean", _norm_latency),
 )
 
 

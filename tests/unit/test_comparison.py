@@ -79,6 +79,7 @@ def test_headline_metrics_are_the_six_named() -> None:
         "video mean TTFT",
         "video P99 TTFT",
         "TPOT mean",
+        "normalized latency mean",
     ]
 
 

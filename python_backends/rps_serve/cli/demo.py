@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         records, ratios = load.pooled_records(), load.ratios
         print(ttft_table(records))
         print(ratio_table(ratios))
-        for line in [*target_lines(load, config.repository), *fit_lines(load, config.repository)]:
+        for line in [*target_lines(load, config.repository, config.mix), *fit_lines(load, config.repository)]:
             print(line)
         analysis = load.analysis()
         print(engine_table(analysis))

@@ -20,7 +20,7 @@ import numpy as np
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import reference_model
 from rps_serve.requests import Modality
-from rps_serve.workload.shapes import RequestKind, sample_tokens
+from rps_serve.workload.shapes import PAPER_KINDS, sample_tokens
 
 TEXT_NOISE_SIGMA = 0.15
 VISUAL_NOISE_SIGMA = 0.25
@@ -40,7 +40,7 @@ def reference_profile(model: str, per_kind: int = 500, seed: int = 0) -> list[Pr
     lines = reference_model(model).lines
     rng = np.random.default_rng(seed)
     records: list[ProfileRecord] = []
-    for kind in RequestKind:
+    for kind in PAPER_KINDS:
         tokens = sample_tokens(kind, per_kind, rng)
         line = lines[kind.modality]
         clean = line.intercept + line.slope * tokens.prompt_tokens

@@ -13,7 +13,10 @@ from rps_serve.requests import Modality
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
 from rps_serve.workload.request_format import RequestFormat
+from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace
+
+_KINDS = list(RequestKind)
 
 TOKENS_PER_WORD = 1.1  # filler words, tiny model tokenizer (measured by `rps-serve profile`)
 
@@ -52,12 +55,14 @@ class RequestContent:
 
 @dataclass(frozen=True)
 class ContentPlan:
-    """Per trace row: modality, text tokens asked for, placeholder tokens of its media, output tokens.
+    """Per trace row: request kind (its index), modality, text tokens asked for, placeholder tokens of
+    its media, output tokens.
 
-    Images and videos are always the served format's media, so their placeholder tokens are what the
-    model's processor makes of them, not the trace's.
+    Images and videos are always the served format's media for their kind, so their placeholder tokens
+    are what the model's processor makes of them, not the trace's.
     """
 
+    kind: np.ndarray
     modality: np.ndarray
     text_tokens: np.ndarray
     visual_tokens: np.ndarray
@@ -84,22 +89,20 @@ class ContentPlan:
         media = served.media
         for row in range(len(self.modality)):
             modality = Modality.from_index(int(self.modality[row]))
+            medium = media.medium(_KINDS[int(self.kind[row])])
             image = video = None
-            if modality is Modality.IMAGE:
-                image = random_image(media.image_size, media.image_size, pixels)
-            elif modality is Modality.VIDEO:
-                video = random_video(media.video_frames, media.video_size, media.video_size, pixels)
+            if medium is not None and modality is Modality.IMAGE:
+                image = random_image(medium.size, medium.size, pixels)
+            elif medium is not None:
+                video = random_video(medium.frames, medium.size, medium.size, pixels)
             prompt = served.prompt(filler_text(int(self.words[row]), text_rng), modality)
             yield RequestContent(modality, prompt, image, video, int(self.output_tokens[row]))
 
 
 def plan_content(trace: Trace, served: RequestFormat, limits: ContentLimits) -> ContentPlan:
     """Token counts of every request of `trace` in the served model's format, within `limits`."""
-    modality = trace.modality
-    visual = np.array(
-        [served.placeholder_tokens(Modality.from_index(int(m))) for m in modality], dtype=np.int64
-    )
+    visual = np.array([served.placeholder_tokens(_KINDS[int(k)]) for k in trace.kind], dtype=np.int64)
     text = np.clip(trace.prompt_tokens - trace.modality_tokens, 1, limits.max_text_tokens)
     high = np.iinfo(np.int64).max if limits.max_output_tokens is None else limits.max_output_tokens
     output = np.clip(trace.output_tokens, limits.min_output_tokens, high)
-    return ContentPlan(modality, text.astype(np.int64), visual, output.astype(np.int64))
+    return ContentPlan(trace.kind, trace.modality, text.astype(np.int64), visual, output.astype(np.int64))

@@ -1,4 +1,5 @@
-"""Workload mixes: the share of each request kind (short text, long text, image, video) in a run."""
+"""Workload mixes: the share of each request kind (short text, long text, image, video, and the kinds
+whose cost disagrees with their modality: document, thumbnail, clip) in a run."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from rps_serve.workload.shapes import RequestKind
 
 @dataclass(frozen=True)
 class Mix:
-    """Fractions of short text, long text, image and video requests (in `RequestKind` order)."""
+    """Fractions of each request kind (in `RequestKind` order)."""
 
     name: str
     short_text: float
     long_text: float
     image: float
     video: float
+    document: float = 0.0
+    thumbnail: float = 0.0
+    clip: float = 0.0
 
     def __post_init__(self) -> None:
         shares = self.fractions
@@ -23,16 +27,26 @@ class Mix:
             raise ValueError(f"mix {self.name!r}: fractions must be non-negative and sum to 1, got {shares}")
 
     @property
-    def fractions(self) -> tuple[float, float, float, float]:
+    def fractions(self) -> tuple[float, ...]:
         """The shares in `RequestKind` order."""
-        return (self.short_text, self.long_text, self.image, self.video)
+        return (
+            self.short_text,
+            self.long_text,
+            self.image,
+            self.video,
+            self.document,
+            self.thumbnail,
+            self.clip,
+        )
 
     def share(self, kind: RequestKind) -> float:
         return self.fractions[list(RequestKind).index(kind)]
 
 
 # The paper's mixes (RPS-Serve, arXiv 2603.26498): (text, long text, image, video). The single-kind mixes
-# serve isolated runs.
+# serve isolated runs. `cost-vs-modality` adds documents (text costing what a video costs), thumbnails
+# (images cheaper than most texts) and short clips to a mix like mixed-iii: where stock priority by
+# modality and RPS's cost classes disagree.
 MIXES: dict[str, Mix] = {
     mix.name: mix
     for mix in (
@@ -41,6 +55,7 @@ MIXES: dict[str, Mix] = {
         Mix("mixed-iii", 0.40, 0.30, 0.20, 0.10),
         Mix("mixed-iv", 0.35, 0.25, 0.25, 0.15),
         Mix("mixed-v", 0.30, 0.20, 0.30, 0.20),
+        Mix("cost-vs-modality", 0.35, 0.20, 0.12, 0.05, document=0.08, thumbnail=0.15, clip=0.05),
         Mix("text", 1.0, 0.0, 0.0, 0.0),
         Mix("long-text", 0.0, 1.0, 0.0, 0.0),
         Mix("image", 0.0, 0.0, 1.0, 0.0),

@@ -15,6 +15,7 @@ from typing import Any
 
 from rps_serve.model_processor import load_processor, placeholder_tokens, user_turn
 from rps_serve.requests import Modality
+from rps_serve.workload.shapes import RequestKind
 
 MEDIA_FILE = (
     "rps_media.json"  # beside a model built by `rps-serve make-tiny-model`: the media it is sized for
@@ -22,9 +23,21 @@ MEDIA_FILE = (
 
 
 @dataclass(frozen=True)
+class Medium:
+    """One medium the load tools send: an image of `size` x `size` pixels, or (`frames` > 0) a video
+    of that many such frames."""
+
+    size: int
+    frames: int = 0
+
+
+@dataclass(frozen=True)
 class MediaShape:
     """The media the load tools send: square images of `image_size` pixels, videos of `video_frames`
-    square frames of `video_size` (the frames the model takes, so that preprocess keeps them all)."""
+    square frames of `video_size` (the frames the model takes, so that preprocess keeps them all).
+    The kinds whose cost disagrees with their modality send smaller media: thumbnails a third of an
+    image's side, clips a sixth of a video's frames (672-pixel images and 24-frame videos: 224 pixels
+    and 4 frames)."""
 
     image_size: int = 672
     video_size: int = 448
@@ -33,6 +46,23 @@ class MediaShape:
     def __post_init__(self) -> None:
         if min(self.image_size, self.video_size, self.video_frames) < 1:
             raise ValueError(f"media sizes must be positive: {self}")
+
+    @property
+    def thumbnail_size(self) -> int:
+        return max(1, self.image_size // 3)
+
+    @property
+    def clip_frames(self) -> int:
+        return max(2, self.video_frames // 6)
+
+    def medium(self, kind: RequestKind) -> Medium | None:
+        """What a request of `kind` sends; None for text."""
+        return {
+            RequestKind.IMAGE: Medium(self.image_size),
+            RequestKind.THUMBNAIL: Medium(self.thumbnail_size),
+            RequestKind.VIDEO: Medium(self.video_size, self.video_frames),
+            RequestKind.CLIP: Medium(self.video_size, self.clip_frames),
+        }.get(kind)
 
     def save(self, model: Path) -> None:
         (model / MEDIA_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -50,10 +80,10 @@ class MediaShape:
 @dataclass(frozen=True)
 class RequestFormat:
     """`turns`: per modality, what the chat template writes before and after a user turn's text;
-    `placeholders`: per modality, the placeholder tokens of one medium of `media` (0 for text)."""
+    `placeholders`: per request kind, the placeholder tokens of its medium in `media` (0 for text)."""
 
     turns: Mapping[Modality, tuple[str, str]]
-    placeholders: Mapping[Modality, int]
+    placeholders: Mapping[RequestKind, int]
     media: MediaShape
 
     @classmethod
@@ -62,13 +92,20 @@ class RequestFormat:
         caller has loaded it) and chat template."""
         processor = processor or load_processor(model)
         media = media or MediaShape.of_model(model)
-        size, frames = media.image_size, media.video_frames
-        (image,), (video,) = placeholder_tokens(
-            processor, [(size, size)], [(frames, media.video_size, media.video_size)]
+        images = [kind for kind in RequestKind if kind.modality is Modality.IMAGE]
+        videos = [kind for kind in RequestKind if kind.modality is Modality.VIDEO]
+        shapes = [media.medium(kind) for kind in images], [media.medium(kind) for kind in videos]
+        image_tokens, video_tokens = placeholder_tokens(
+            processor,
+            [(m.size, m.size) for m in shapes[0] if m is not None],
+            [(m.frames, m.size, m.size) for m in shapes[1] if m is not None],
         )
+        placeholders = dict.fromkeys(RequestKind, 0)
+        placeholders.update(zip(images, image_tokens, strict=True))
+        placeholders.update(zip(videos, video_tokens, strict=True))
         return cls(
             turns={modality: user_turn(processor, modality) for modality in Modality},
-            placeholders={Modality.TEXT: 0, Modality.IMAGE: image, Modality.VIDEO: video},
+            placeholders=placeholders,
             media=media,
         )
 
@@ -77,5 +114,14 @@ class RequestFormat:
         before, after = self.turns[modality]
         return f"{before}{text}{after}"
 
-    def placeholder_tokens(self, modality: Modality) -> int:
-        return self.placeholders[modality]
+    def placeholder_tokens(self, of: Modality | RequestKind) -> int:
+        """The placeholder tokens of a request kind's medium, or of a modality's usual medium."""
+        kind = of if isinstance(of, RequestKind) else _USUAL_KIND[of]
+        return self.placeholders[kind]
+
+
+_USUAL_KIND = {
+    Modality.TEXT: RequestKind.SHORT_TEXT,
+    Modality.IMAGE: RequestKind.IMAGE,
+    Modality.VIDEO: RequestKind.VIDEO,
+}

@@ -22,6 +22,11 @@ Two shape sets, `SHAPES`; both are our assumptions where the paper publishes onl
   conversation, ~370-425 for a long one; LLaVA-Instruct ~120-150; LLaVA-Video ~500-700):
   short text (median 196, sigma 0.8, mean ~270), long text (334, 0.6, ~400), image (113, 0.6, ~135),
   video (530, 0.5, ~600), clipped to [1, 2048].
+
+Three kinds whose cost disagrees with their modality (the `cost-vs-modality` mix), in both sets:
+documents (texts several times a long text: lognormal median 5,000 tokens, sigma 0.15, clipped to
+[4,096, 6,500], the answers of long text), thumbnails (an image's base view alone, no tiles: 729
+tokens, the answers of images) and clips (4 frames, the answers of videos).
 """
 
 from __future__ import annotations
@@ -42,12 +47,27 @@ class RequestKind(enum.Enum):
     LONG_TEXT = "long_text"
     IMAGE = "image"
     VIDEO = "video"
+    DOCUMENT = "document"
+    THUMBNAIL = "thumbnail"
+    CLIP = "clip"
 
     @property
     def modality(self) -> Modality:
-        if self in (RequestKind.SHORT_TEXT, RequestKind.LONG_TEXT):
-            return Modality.TEXT
-        return Modality(self.value)
+        return _KIND_MODALITY[self]
+
+
+# The kinds of the paper's workloads and of the profiles synthesized from its fits.
+PAPER_KINDS = (RequestKind.SHORT_TEXT, RequestKind.LONG_TEXT, RequestKind.IMAGE, RequestKind.VIDEO)
+
+_KIND_MODALITY = {
+    RequestKind.SHORT_TEXT: Modality.TEXT,
+    RequestKind.LONG_TEXT: Modality.TEXT,
+    RequestKind.DOCUMENT: Modality.TEXT,
+    RequestKind.IMAGE: Modality.IMAGE,
+    RequestKind.THUMBNAIL: Modality.IMAGE,
+    RequestKind.VIDEO: Modality.VIDEO,
+    RequestKind.CLIP: Modality.VIDEO,
+}
 
 
 @dataclass(frozen=True)
@@ -76,9 +96,23 @@ class Shapes:
     def video_tokens(self, frames: np.ndarray) -> np.ndarray:
         return VIDEO_TOKENS_PER_FRAME * frames + self.video_extra_tokens
 
+    def output(self, kind: RequestKind) -> Lognormal:
+        """The answer lengths of `kind`: a document answers as a long text, a thumbnail as an image,
+        a clip as a video."""
+        return self.outputs[_ANSWERS_AS.get(kind, kind)]
+
+
+_ANSWERS_AS = {
+    RequestKind.DOCUMENT: RequestKind.LONG_TEXT,
+    RequestKind.THUMBNAIL: RequestKind.IMAGE,
+    RequestKind.CLIP: RequestKind.VIDEO,
+}
+
 
 SHORT_TEXT_PROMPT = Lognormal(200, 0.9, 8, 1023)
 LONG_TEXT_PROMPT = Lognormal(1300, 0.4, 1024, 16384)
+DOCUMENT_PROMPT = Lognormal(5000, 0.15, 4096, 6500)
+CLIP_FRAMES = 4
 QUESTION = Lognormal(40, 0.5, 4, 512)
 TILE_PROBABILITIES = (0.15, 0.35, 0.35, 0.15)  # of 1-4 anyres tiles
 
@@ -133,19 +167,25 @@ def sample_tokens(
 ) -> TokenSample:
     """Draw token counts for `n` requests of `kind` from `shapes`' distributions (module docstring)."""
     chosen = shapes_by_name(shapes)
-    if kind is RequestKind.SHORT_TEXT:
-        text = SHORT_TEXT_PROMPT.sample(rng, n)
+    texts = {
+        RequestKind.SHORT_TEXT: SHORT_TEXT_PROMPT,
+        RequestKind.LONG_TEXT: LONG_TEXT_PROMPT,
+        RequestKind.DOCUMENT: DOCUMENT_PROMPT,
+    }
+    if kind in texts:
+        text = texts[kind].sample(rng, n)
         visual = np.zeros(n, dtype=np.int64)
-    elif kind is RequestKind.LONG_TEXT:
-        text = LONG_TEXT_PROMPT.sample(rng, n)
-        visual = np.zeros(n, dtype=np.int64)
-    elif kind is RequestKind.IMAGE:
-        tiles = rng.choice([1, 2, 3, 4], size=n, p=list(TILE_PROBABILITIES))
-        visual = IMAGE_TOKENS_PER_TILE * (1 + tiles)
-        text = QUESTION.sample(rng, n)
     else:
-        low, high = chosen.video_frames
-        visual = chosen.video_tokens(rng.integers(low, high + 1, size=n))
+        if kind is RequestKind.IMAGE:
+            tiles = rng.choice([1, 2, 3, 4], size=n, p=list(TILE_PROBABILITIES))
+            visual = IMAGE_TOKENS_PER_TILE * (1 + tiles)
+        elif kind is RequestKind.THUMBNAIL:
+            visual = np.full(n, IMAGE_TOKENS_PER_TILE, dtype=np.int64)
+        elif kind is RequestKind.VIDEO:
+            low, high = chosen.video_frames
+            visual = chosen.video_tokens(rng.integers(low, high + 1, size=n))
+        else:
+            visual = chosen.video_tokens(np.full(n, CLIP_FRAMES))
         text = QUESTION.sample(rng, n)
-    output = chosen.outputs[kind].sample(rng, n)
+    output = chosen.output(kind).sample(rng, n)
     return TokenSample(kind, text + visual, visual.astype(np.int64), output)

@@ -76,6 +76,8 @@ def generate_trace(
     output = np.zeros(n, dtype=np.int64)
     for index, request_kind in enumerate(_KINDS):
         rows = np.flatnonzero(kind == index)
+        if not rows.size:
+            continue
         sample = sample_tokens(request_kind, len(rows), rng, shapes)
         prompt[rows], visual[rows], output[rows] = (
             sample.prompt_tokens,

@@ -24,6 +24,7 @@ from rps_serve.loadtest.demo import (
     run_order,
     run_plan,
     target_lines,
+    wait_lines,
 )
 from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.server_stats import ServedFit
@@ -119,7 +120,7 @@ def test_targets_are_met_only_where_the_whole_interval_is(tmp_path: Path) -> Non
             runs[policy].append(PolicyRun(bench, {"engine": {}, "loop_lag_s": {}, "stages": {}}, [], None))
     (tmp_path / "vllm_model").mkdir()
     shutil.copy(REPOSITORY / SETTINGS_FILE, tmp_path / SETTINGS_FILE)
-    lines = target_lines(LoadRuns(2.0, 0.7, runs), tmp_path)
+    lines = target_lines(LoadRuns(2.0, 0.7, runs), tmp_path, "mixed-iii")
     by_metric = {line.split(": ")[0]: line for line in lines}
     assert by_metric["target rps / fcfs text P90 TTFT <= 0.75x"].endswith(" met")
     # The same decode times under both: an interval of exactly 1 meets a 1.0x bound.
@@ -128,6 +129,26 @@ def test_targets_are_met_only_where_the_whole_interval_is(tmp_path: Path) -> Non
     (starvation,) = [line for line in lines if line.startswith("rps pebbles")]
     hold_s = json.loads((REPOSITORY / SETTINGS_FILE).read_text())["rps"].get("decode_hold_s", 0.0)
     assert f"decode hold {hold_s:.2f} s" in starvation  # no cost-model report here: the paper's clock
+    assert starvation.count(" s of ") == 3  # one per run
+    longest = [line for line in lines if "longest video TTFT per run" in line]
+    assert [line.split(":")[0] for line in longest] == ["fcfs", "rps"]
+    assert len(longest[0].split(": ")[-1].split(", ")) == 3
+
+
+def test_a_video_past_its_bound_in_one_run_is_counted(tmp_path: Path) -> None:
+    (tmp_path / "vllm_model").mkdir()
+    shutil.copy(REPOSITORY / SETTINGS_FILE, tmp_path / SETTINGS_FILE)
+    runs: dict[str, list[PolicyRun]] = {"modality-priority": [], "rps": []}
+    for wait in (1.0, 1e6):  # the second run's videos waited far past any bound
+        for policy in runs:
+            records = _records(np.full(40, 0.1), np.full(4, wait))
+            bench = BenchRun(records, Tally(44, 44, 0, 0, 0), None, {}, {})
+            runs[policy].append(PolicyRun(bench, {"engine": {}, "loop_lag_s": {}, "stages": {}}, [], None))
+    (line,) = [x for x in wait_lines(LoadRuns(2.0, 1.3, runs), tmp_path) if "starvation bound" in x]
+    assert "1 of 2 runs over it" in line
+    assert "modality-priority: longest video TTFT per run (s): 1.000, 1000000.000" in wait_lines(
+        LoadRuns(2.0, 1.3, runs), tmp_path
+    )
 
 
 def test_the_demo_says_which_fit_each_policy_served_and_how_it_moved(tmp_path: Path) -> None:

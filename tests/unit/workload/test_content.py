@@ -12,6 +12,7 @@ from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.request_format import RequestFormat
+from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, generate_trace
 
 
@@ -38,6 +39,10 @@ def test_media_placeholders_are_the_models_not_the_traces(trace: Trace, qwen_for
     for modality in Modality:
         tokens = qwen_format.placeholder_tokens(modality)
         assert (plan.visual_tokens[trace.modality == modality.index] == tokens).all()
+    mixed = generate_trace(mix_by_name("cost-vs-modality"), 4.0, 200, seed=3)
+    by_kind = plan_content(mixed, qwen_format, ContentLimits(max_text_tokens=8000))
+    for index, kind in enumerate(RequestKind):
+        assert (by_kind.visual_tokens[mixed.kind == index] == qwen_format.placeholder_tokens(kind)).all()
     served = plan.served_trace(trace)
     assert np.array_equal(served.modality_tokens, plan.visual_tokens)
     assert np.array_equal(served.prompt_tokens, plan.text_tokens + plan.visual_tokens)
@@ -85,3 +90,22 @@ def test_bad_limits_are_refused() -> None:
         ContentLimits(max_text_tokens=0)
     with pytest.raises(ValueError, match="max_output_tokens"):
         ContentLimits(max_text_tokens=10, min_output_tokens=8, max_output_tokens=4)
+
+
+def test_thumbnails_and_clips_send_their_own_media(qwen_format: RequestFormat) -> None:
+    mixed = generate_trace(mix_by_name("cost-vs-modality"), 4.0, 80, seed=4)
+    rows = [
+        i
+        for i, k in enumerate(mixed.kind)
+        if list(RequestKind)[k] in (RequestKind.THUMBNAIL, RequestKind.CLIP)
+    ]
+    plan = plan_content(mixed, qwen_format, ContentLimits(max_text_tokens=64))
+    contents = list(plan.contents(qwen_format, seed=1))
+    media = qwen_format.media
+    for row in rows:
+        content = contents[row]
+        if list(RequestKind)[mixed.kind[row]] is RequestKind.THUMBNAIL:
+            assert content.image is not None and content.image.shape[:2] == (media.thumbnail_size,) * 2
+        else:
+            assert content.video is not None and content.video.shape[0] == media.clip_frames
+    assert rows

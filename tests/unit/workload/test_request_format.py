@@ -12,6 +12,7 @@ from rps_serve.model_processor import load_processor, placeholder_tokens
 from rps_serve.requests import Modality
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.request_format import MEDIA_FILE, MediaShape, RequestFormat
+from rps_serve.workload.shapes import RequestKind
 from tests.prompts import chat_prompt
 
 
@@ -74,10 +75,27 @@ def test_turns_come_from_the_models_template(tiny_qwen: Path, tiny_llava: Path) 
     assert llava.placeholder_tokens(Modality.TEXT) == 0
 
 
+def test_each_kind_counts_its_own_medium(tiny_qwen: Path) -> None:
+    """Thumbnails and clips are smaller media than images and videos, counted as the processor
+    expands them."""
+    served = RequestFormat.of_model(tiny_qwen)
+    media = served.media
+    assert served.placeholder_tokens(RequestKind.THUMBNAIL) == expanded_tokens(
+        tiny_qwen, Modality.IMAGE, (media.thumbnail_size, media.thumbnail_size)
+    )
+    assert served.placeholder_tokens(RequestKind.CLIP) == expanded_tokens(
+        tiny_qwen, Modality.VIDEO, (media.clip_frames, media.video_size, media.video_size)
+    )
+    assert served.placeholder_tokens(RequestKind.THUMBNAIL) < served.placeholder_tokens(Modality.IMAGE)
+    assert served.placeholder_tokens(RequestKind.CLIP) < served.placeholder_tokens(Modality.VIDEO)
+    assert served.placeholder_tokens(RequestKind.DOCUMENT) == 0
+
+
 def test_the_media_shape_is_read_from_beside_the_model(tmp_path: Path, tiny_llava: Path) -> None:
     assert MediaShape.of_model(tmp_path) == MediaShape()
     shape = MediaShape(image_size=300, video_size=200, video_frames=6)
     shape.save(tmp_path)
     assert MediaShape.of_model(tmp_path) == shape
+    assert (shape.thumbnail_size, shape.clip_frames) == (100, 2)
     assert (tiny_llava / MEDIA_FILE).is_file()
     assert RequestFormat.of_model(tiny_llava, shape).media == shape

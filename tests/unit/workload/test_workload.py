@@ -30,7 +30,7 @@ PAPER_MIXES = {
 
 def test_mixes_are_the_papers() -> None:
     for name, fractions in PAPER_MIXES.items():
-        assert mix_by_name(name).fractions == fractions
+        assert mix_by_name(name).fractions == (*fractions, 0.0, 0.0, 0.0)  # no document, thumbnail, clip
     assert mix_by_name("mixed-iii").share(RequestKind.VIDEO) == 0.10
     with pytest.raises(ValueError, match="sum to 1"):
         Mix("bad", 0.5, 0.5, 0.5, 0.0)
@@ -38,7 +38,7 @@ def test_mixes_are_the_papers() -> None:
         mix_by_name("mixed-vi")
 
 
-@pytest.mark.parametrize("name", list(PAPER_MIXES))
+@pytest.mark.parametrize("name", [*PAPER_MIXES, "cost-vs-modality"])
 def test_trace_follows_mix_proportions(name: str) -> None:
     n = 20_000
     trace = generate_trace(MIXES[name], rate=10.0, n=n, seed=3)
@@ -47,8 +47,9 @@ def test_trace_follows_mix_proportions(name: str) -> None:
     assert np.allclose(observed, MIXES[name].fractions, atol=0.015)
 
 
-def test_trace_token_counts_match_kinds() -> None:
-    trace = generate_trace(MIXES["mixed-v"], rate=10.0, n=2_000, seed=1)
+@pytest.mark.parametrize("name", ["mixed-v", "cost-vs-modality"])
+def test_trace_token_counts_match_kinds(name: str) -> None:
+    trace = generate_trace(MIXES[name], rate=10.0, n=2_000, seed=1)
     kinds = list(RequestKind)
     for index, kind in enumerate(kinds):
         rows = trace.kind == index
@@ -122,7 +123,7 @@ ANSWER_RANGES = {
 }
 
 
-@pytest.mark.parametrize("kind", list(RequestKind))
+@pytest.mark.parametrize("kind", list(ANSWER_RANGES))
 def test_serving_answers_fall_in_their_datasets_ranges(kind: RequestKind) -> None:
     low, high = ANSWER_RANGES[kind]
     outputs = sample_tokens(kind, 50_000, np.random.default_rng(1), SERVING).output_tokens
@@ -165,3 +166,17 @@ def test_free_traces_scatter_in_load_where_stratified_ones_do_not() -> None:
         for stratified in (False, True)
     }
     assert len(videos[False]) > 3 and videos[True] == {15}
+
+
+@pytest.mark.parametrize("shapes", list(SHAPES))
+def test_cost_disagrees_with_modality_in_the_cost_vs_modality_kinds(shapes: str) -> None:
+    # A document outweighs a median long text several times over and weighs about what a video does;
+    # a thumbnail is lighter than any image and a clip than any video.
+    rng = np.random.default_rng(2)
+    tokens = {kind: sample_tokens(kind, 2_000, rng, shapes).prompt_tokens for kind in RequestKind}
+    assert tokens[RequestKind.DOCUMENT].min() >= 4096 > np.median(tokens[RequestKind.LONG_TEXT])
+    assert np.median(tokens[RequestKind.DOCUMENT]) > 3 * np.median(tokens[RequestKind.LONG_TEXT])
+    assert 0.5 < np.median(tokens[RequestKind.DOCUMENT]) / np.median(tokens[RequestKind.VIDEO]) < 2
+    assert tokens[RequestKind.THUMBNAIL].max() < tokens[RequestKind.IMAGE].min()
+    assert tokens[RequestKind.CLIP].max() < tokens[RequestKind.VIDEO].min()
+    assert RequestKind.DOCUMENT.modality.value == "text" and RequestKind.CLIP.modality.value == "video"
