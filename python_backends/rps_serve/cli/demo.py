@@ -51,6 +51,13 @@ def add_parser(commands: Any) -> None:
         help="every policy on this front end (default: each its own, as it ships)",
     )
     parser.add_argument(
+        "--engine-args",
+        default="",
+        metavar="JSON",
+        help="vLLM engine arguments over model.json's for every server "
+        "(e.g. a KV cache too small for the backlog: '{\"num_gpu_blocks_override\": 600}')",
+    )
+    parser.add_argument(
         "--no-pin", action="store_true", help="leave the engine's worker where the OS puts it"
     )
     parser.add_argument(
@@ -96,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         requests=args.requests,
         seed=args.seed,
         front_end=args.front_end,
+        engine_args=args.engine_args,
         pin=not args.no_pin,
         reuse_servers=args.reuse_servers,
     )

@@ -56,6 +56,7 @@ from rps_serve.requests import Modality, RequestClass
 from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
 from rps_serve.scheduling.regulator import starvation_bound_s
 from rps_serve.triton.settings import (
+    ENGINE_ARGS_ENV,
     FRONT_END_ENV,
     MODEL_ENV,
     POLICY_ENV,
@@ -100,7 +101,9 @@ SPEED_TOLERANCE = 0.15
 class DemoConfig:
     """`rates` (requests per second) replace the open-loop capacity times `load_fractions`.
     `front_end` ("class" or "vllm") puts every policy on that front end (an ablation); None leaves each
-    its own. `pin` places the engine's worker on a core of its own (where there are two or more).
+    its own. `engine_args` (JSON) override model.json's for every server (e.g. a KV cache too small
+    for the backlog: `{"num_gpu_blocks_override": 600}`). `pin` places the engine's worker on a core
+    of its own (where there are two or more).
     `reuse_servers` keeps a server for the next run where the same policy runs next (`run_order`);
     otherwise every run starts a fresh one."""
 
@@ -118,6 +121,7 @@ class DemoConfig:
     requests: int = 150
     seed: int = 0
     front_end: str | None = None
+    engine_args: str = ""
     pin: bool = True
     reuse_servers: bool = False
 
@@ -297,16 +301,26 @@ def _runs_on_one_server(
     return runs
 
 
-def _server(
-    config: DemoConfig, placement: Placement | None, policy: str, run_name: str, run_log: Path | None = None
-) -> AbstractContextManager[Endpoints]:
+def server_environment(
+    config: DemoConfig, placement: Placement | None, policy: str, run_log: Path | None = None
+) -> dict[str, str]:
+    """The settings a run's server starts with (`triton.settings`' environment overrides)."""
     env = {MODEL_ENV: str(config.model.resolve()), POLICY_ENV: policy}
     if placement is not None:
         env.update(placement.environment())
     if config.front_end is not None:
         env[FRONT_END_ENV] = config.front_end
+    if config.engine_args:
+        env[ENGINE_ARGS_ENV] = config.engine_args
     if run_log is not None:
         env[RUN_LOG_ENV] = str(run_log)
+    return env
+
+
+def _server(
+    config: DemoConfig, placement: Placement | None, policy: str, run_name: str, run_log: Path | None = None
+) -> AbstractContextManager[Endpoints]:
+    env = server_environment(config, placement, policy, run_log)
     log = config.out.resolve() / f"tritonserver-{run_name}.log"
     logger.info("%s: starting tritonserver (log %s)", run_name, log)
     return local_server(config.repository, config.out.resolve() / "server", env=env, log_file=log)

@@ -23,6 +23,7 @@ from rps_serve.loadtest.demo import (
     ratio_table,
     run_order,
     run_plan,
+    server_environment,
     target_lines,
     wait_lines,
 )
@@ -33,7 +34,7 @@ from rps_serve.local.repository import train_reference_cost_models
 from rps_serve.metrics import RequestRecords
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
-from rps_serve.triton.settings import SETTINGS_FILE
+from rps_serve.triton.settings import ENGINE_ARGS_ENV, SETTINGS_FILE, read_settings
 from tests.checkout import REPOSITORY
 
 
@@ -227,3 +228,14 @@ def test_a_capacity_never_bracketed_is_named_a_lower_bound() -> None:
     assert LoadRuns(2.0, 0.9).name == "2.00 req/s (0.9x)"
     assert LoadRuns(2.0, 0.9, bracketed=False).name == "2.00 req/s (0.9x of a lower bound on the capacity)"
     assert LoadRuns(2.0, None, bracketed=False).name == "2.00 req/s"
+
+
+def test_engine_arguments_reach_every_server_through_the_settings(tmp_path: Path) -> None:
+    engine_args = '{"num_gpu_blocks_override": 96}'
+    config = DemoConfig(REPOSITORY, tmp_path, tmp_path, engine_args=engine_args)
+    env = server_environment(config, None, "rps")
+    settings = read_settings(REPOSITORY / SETTINGS_FILE, REPOSITORY, env)
+    assert settings.engine_args["num_gpu_blocks_override"] == 96
+    assert settings.engine_args["max_num_batched_tokens"] == 2048  # model.json's others kept
+    assert settings.policy.value == "rps"
+    assert ENGINE_ARGS_ENV not in server_environment(DemoConfig(REPOSITORY, tmp_path, tmp_path), None, "rps")
