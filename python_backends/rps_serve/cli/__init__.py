@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from rps_serve.cli import (
     ab,
     bench,
+    claims,
     classify,
     demo,
     perf_inputs,
@@ -23,7 +24,21 @@ from rps_serve.cli import (
     train,
 )
 
-COMMANDS = (train, classify, tiny_model, simulate, profile, ab, trace, serve, demo, soak, bench, perf_inputs)
+COMMANDS = (
+    train,
+    classify,
+    tiny_model,
+    simulate,
+    profile,
+    ab,
+    trace,
+    serve,
+    demo,
+    claims,
+    soak,
+    bench,
+    perf_inputs,
+)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rps_serve.triton.settings import SETTINGS_FILE, read_settings
-    from rps_serve.workload_profiler.isolated import profile_served_model
+    from rps_serve.workload_profiler.isolated import engine_log_of, profile_served_model
 
     done = sum(1 for _ in read_records(args.out)) if args.out.exists() else 0
     if done and not args.resume:
@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     # The model as the repository serves it: its engine arguments (with RPS_MODEL and RPS_ENGINE_ARGS).
     served = read_settings(args.repository / SETTINGS_FILE, args.repository)
     model = args.model or served.model
+    print(f"profiling {model} one request at a time; the engine's output goes to {engine_log_of(args.out)}")
     run = profile_served_model(model, served.engine_args, args.out, args.repeats, args.seed)
-    print(f"{args.out}: {done + run.written} records ({run.describe()})")
+    print(f"{args.out}: {done + run.written} records ({run.describe()}); engine log {run.engine_log}")
     return 0

@@ -692,12 +692,17 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
 
 
 def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
-    """`demo.json` (`results_json`) and one TTFT CDF plot per load; returns the paths written."""
+    """`demo.json` (`results_json`), the claims' record `claims.json` (`loadtest.claims`) and one TTFT
+    CDF plot per load; returns the paths written."""
+    from rps_serve.loadtest.claims import claim_record, write_record
     from rps_serve.plots import plot_ttft_cdf
 
     json_path = config.out / "demo.json"
-    json_path.write_text(json.dumps(results_json(demo, config), indent=1) + "\n")
-    written = [json_path]
+    summary = results_json(demo, config)
+    json_path.write_text(json.dumps(summary, indent=1) + "\n")
+    claims_path = config.out / "claims.json"
+    write_record(claim_record(summary, CANDIDATE), claims_path)
+    written = [json_path, claims_path]
     for load in demo.loads:
         plot_path = config.out / f"ttft-{load.rate:.2f}.png"
         title = f"tiny Qwen2-VL on CPU via Triton, {config.mix} at {load.name}, steady state"

@@ -6,12 +6,14 @@ import logging
 import multiprocessing
 import os
 import random
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -170,11 +172,12 @@ class IsolatedProfiler:
 
 @dataclass(frozen=True)
 class ProfileRun:
-    """What a profile run wrote, and where its engine computed."""
+    """What a profile run wrote, where its engine computed and where the engine's own output went."""
 
     written: int  # records appended
     cores: tuple[int, ...]  # the cores the profiling engine could run on
     threads: int  # its torch threads
+    engine_log: Path
 
     def describe(self) -> str:
         cores = ",".join(str(core) for core in self.cores)
@@ -212,7 +215,42 @@ def _profiling_cores() -> tuple[int, ...] | None:
     return profiling_cores() if current_platform.is_cpu() else None
 
 
+def engine_log_of(out: Path) -> Path:
+    """Where a profile written to `out` sends the engine's output: beside it, named after it."""
+    return out.with_name(out.name.split(".")[0] + "-engine.log")
+
+
+@contextmanager
+def _engine_output_to(log: Path) -> Iterator[TextIO]:
+    """This process's stdout and stderr (vLLM's logs, warnings and configuration dump) appended to
+    `log` while the engine runs; yields a stream on the former stderr for the progress bar."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    progress = os.fdopen(os.dup(2), "w")
+    with log.open("a", encoding="utf-8") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield progress
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, original in zip((1, 2), saved, strict=True):
+                os.dup2(original, fd)
+                os.close(original)
+            progress.close()
+
+
 def _profile(model: Path, served_args: Mapping[str, Any], out: Path, repeats: int, seed: int) -> ProfileRun:
+    with _engine_output_to(engine_log_of(out)) as progress:
+        return _profile_quietly(model, served_args, out, repeats, seed, progress)
+
+
+def _profile_quietly(
+    model: Path, served_args: Mapping[str, Any], out: Path, repeats: int, seed: int, progress: TextIO
+) -> ProfileRun:
     import torch
     from tqdm import tqdm
 
@@ -235,7 +273,8 @@ def _profile(model: Path, served_args: Mapping[str, Any], out: Path, repeats: in
             profiler.run(warm_up)
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("a", encoding="utf-8") as records:
-            for item in tqdm(items, desc="isolated runs", unit="request"):
+            for item in tqdm(items, desc="isolated runs", unit="request", file=progress):
                 records.write(profiler.run(item).to_json() + "\n")
                 records.flush()
-    return ProfileRun(len(items), tuple(sorted(os.sched_getaffinity(0))), torch.get_num_threads())
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    return ProfileRun(len(items), cores, torch.get_num_threads(), engine_log_of(out))
