@@ -24,8 +24,8 @@ Two shape sets, `SHAPES`; both are our assumptions where the paper publishes onl
   video (530, 0.5, ~600), clipped to [1, 2048].
 
 Three kinds whose cost disagrees with their modality (the `cost-vs-modality` mix), in both sets:
-documents (texts several times a long text: lognormal median 5,000 tokens, sigma 0.15, clipped to
-[4,096, 6,500], the answers of long text), thumbnails (an image's base view alone, no tiles: 729
+documents (texts several times a long text: lognormal median 3,600 tokens, sigma 0.15, clipped to
+[3,000, 4,500], the answers of long text), thumbnails (an image's base view alone, no tiles: 729
 tokens, the answers of images) and clips (4 frames, the answers of videos).
 """
 
@@ -111,7 +111,7 @@ _ANSWERS_AS = {
 
 SHORT_TEXT_PROMPT = Lognormal(200, 0.9, 8, 1023)
 LONG_TEXT_PROMPT = Lognormal(1300, 0.4, 1024, 16384)
-DOCUMENT_PROMPT = Lognormal(5000, 0.15, 4096, 6500)
+DOCUMENT_PROMPT = Lognormal(3600, 0.15, 3000, 4500)
 CLIP_FRAMES = 4
 QUESTION = Lognormal(40, 0.5, 4, 512)
 TILE_PROBABILITIES = (0.15, 0.35, 0.35, 0.15)  # of 1-4 anyres tiles
