@@ -15,28 +15,22 @@ EXTRA_ARGS_KEY = "rps"  # sampling_params.extra_args[EXTRA_ARGS_KEY]: the class 
 
 @dataclass(frozen=True)
 class RPSConfig:
-    """How the engine orders, classifies and preempts.
+    """How the engine orders, classifies and preempts (model.json's `rps` settings).
 
-    `cost_model` is a model repository holding the ONNX Impact Estimator and Request Classifier
-    (`rps-serve train --out`); without it the engine classifies by modality (the naive classifier).
-    `naive` forces the naive classifier even with a cost model (the ablation). `chunk_cap_tokens`
-    caps prefill chunks while a lighter class waits behind a heavier prefill; 0 (the default) disables
-    it: through Triton on the CPU stack a 256-token cap tripled the time per output token and doubled
-    text TTFT (docs/results/2026-12-01.md). `yield_prefills`: a running request part-way through its
-    prefill sits out a step while a waiting request that outranks it can be admitted; off by default, as
-    through Triton on the CPU stack it cost everyone at 0.6x of capacity (docs/decisions.md).
-    `decode_hold_s`: how long, at most, a waiting request of a heavier class than a running one sits
-    out steps for the lighter requests running when it reached the queue (`scheduling.holding`), in
-    the paper's seconds on the same clock as the aging (times `aging_time_scale`); 0 (the default)
-    disables it; the CPU stack's model.json turns it on (docs/decisions.md). `decode_hold_media_only`
-    holds only requests whose prefill runs a vision encoder (an image or a video: the steps a chunk
-    cap cannot shorten), so that long texts never wait for it.
-    `aging_time_scale`: the clock the class priorities age on, as a multiple of the paper's seconds
-    (`scheduling.parameters.in_time_units`); None takes the cost model's (its report's
-    `aging_time_scale`: how much slower than the paper's reference the served model is), or 1 without
-    a cost model.
-    `observed_costs`: a JSON-lines file the engine appends a profile record to for every prefill it
-    completes, what the prefill took under load (`cost.observed`); None (the default) records none.
+    - `cost_model`: a repository holding the ONNX estimator and classifier (`rps-serve train --out`);
+      without one the engine classes by modality. `naive` forces that even with one (the ablation).
+    - `chunk_cap_tokens`: caps prefill chunks while a lighter class waits behind a heavier prefill;
+      0 disables it.
+    - `yield_prefills`: a running, part-prefilled request sits out a step while a waiting request that
+      outranks it can be admitted.
+    - `decode_hold_s`: the longest a waiting request of a heavier class sits out steps for the lighter
+      requests running when it arrived (`scheduling.holding`), in the paper's seconds on the aging
+      clock; 0 disables it. `decode_hold_media_only` holds only requests with an image or a video.
+    - `aging_time_scale`: the aging clock as a multiple of the paper's seconds; None takes the cost
+      model's report, or 1 without a cost model.
+    - `observed_costs`: a JSON-lines file that gets a profile record of every completed prefill.
+
+    Why each default is what it is: docs/decisions.md.
     """
 
     policy: Policy = Policy.RPS
