@@ -22,6 +22,12 @@ class Modality(enum.Enum):
     def from_index(cls, index: int) -> Modality:
         return _MODALITY_ORDER[index]
 
+    @classmethod
+    def heaviest(cls, images: int, videos: int) -> Modality:
+        """A request's modality, the one rule everywhere: its heaviest medium (a video outweighs any
+        number of images)."""
+        return cls.VIDEO if videos else cls.IMAGE if images else cls.TEXT
+
 
 _MODALITY_ORDER: tuple[Modality, ...] = (Modality.TEXT, Modality.IMAGE, Modality.VIDEO)
 

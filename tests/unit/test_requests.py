@@ -27,3 +27,9 @@ def test_features_reject_inconsistent_token_counts() -> None:
         RequestFeatures(Modality.IMAGE, prompt_tokens=10, modality_tokens=11)
     with pytest.raises(ValueError, match="non-negative"):
         RequestFeatures(Modality.TEXT, prompt_tokens=-1)
+
+
+def test_a_requests_modality_is_its_heaviest_medium() -> None:
+    assert Modality.heaviest(0, 0) is Modality.TEXT
+    assert Modality.heaviest(3, 0) is Modality.IMAGE
+    assert Modality.heaviest(2, 1) is Modality.VIDEO

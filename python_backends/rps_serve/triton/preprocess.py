@@ -22,7 +22,7 @@ from rps_serve.triton.media import (
     image_size,
     video_shape,
 )
-from rps_serve.triton.prompt_tokens import PromptTokenCounter, request_features, request_modality
+from rps_serve.triton.prompt_tokens import PromptTokenCounter, counted_features
 from rps_serve.triton.protocol import CLAIMED_FEATURES, BadRequest, GenerateRequest
 
 logger = logging.getLogger(__name__)
@@ -65,9 +65,9 @@ class Preprocessor:
         shape = None if request.video is None else video_shape(request.video, self.limits)
         if claimed is None:
             count = self.counter.count(request.prompt, sizes, shape)
-            features = request_features(count, len(sizes), shape is not None)
+            features = counted_features(count, len(sizes), shape is not None)
         else:
-            modality = request_modality(len(sizes), shape is not None)
+            modality = Modality.heaviest(len(sizes), int(shape is not None))
             features = _checked_claim(
                 claimed, request, modality, self.counter.placeholders(request.prompt, sizes, shape)
             )

@@ -74,11 +74,9 @@ class PromptTokenCounter:
         return sum(image_counts) + sum(video_counts)
 
 
-def request_modality(images: int, video: bool) -> Modality:
-    """A request's modality: its heaviest medium."""
-    return Modality.VIDEO if video else Modality.IMAGE if images else Modality.TEXT
-
-
-def request_features(count: TokenCount, images: int, video: bool) -> RequestFeatures:
-    """The cost model's view of a request: its heaviest medium and its token counts."""
-    return RequestFeatures(request_modality(images, video), count.prompt_tokens, count.placeholder_tokens)
+def counted_features(count: TokenCount, images: int, video: bool) -> RequestFeatures:
+    """The cost model's view of a request before vLLM sees it: its heaviest medium and the tokens
+    counted (`vllm_plugin.classify.request_features` is the same view of a vLLM request)."""
+    return RequestFeatures(
+        Modality.heaviest(images, int(video)), count.prompt_tokens, count.placeholder_tokens
+    )

@@ -20,8 +20,8 @@ NAIVE_LEVELS = len(Modality)
 
 def request_features(request: Any) -> RequestFeatures:
     """Features of a vLLM `Request`: the heaviest media type it carries, prompt and placeholder tokens."""
-    modalities = {feature.modality for feature in request.mm_features}
-    modality = Modality.VIDEO if "video" in modalities else Modality.IMAGE if modalities else Modality.TEXT
+    modalities = [feature.modality for feature in request.mm_features]
+    modality = Modality.heaviest(modalities.count("image"), modalities.count("video"))
     placeholders = sum(feature.mm_position.length for feature in request.mm_features)
     return RequestFeatures(modality, request.num_prompt_tokens, min(placeholders, request.num_prompt_tokens))
 
