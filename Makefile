@@ -166,7 +166,7 @@ compare-kv: setup $(TINY_MODEL)/config.json $(ONNX)
 # docs/results/README.md, the page of every recorded claim, from the records in docs/results/runs/ (a
 # demo's or a comparison's claims.json, copied there as it was written).
 claims: setup
-	$(BIN)/rps-serve claims docs/results/runs/*.json --out docs/results/README.md
+	$(BIN)/rps-serve claims $(sort $(wildcard docs/results/runs/*.json)) --out docs/results/README.md
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.

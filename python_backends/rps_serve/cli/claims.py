@@ -11,7 +11,7 @@ from typing import Any
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("claims", help="write the page of recorded claims from claims.json records")
-    parser.add_argument("records", nargs="+", type=Path, metavar="CLAIMS_JSON")
+    parser.add_argument("records", nargs="*", type=Path, metavar="CLAIMS_JSON")
     parser.add_argument("--out", type=Path, metavar="FILE", help="the page (default: print it)")
     parser.set_defaults(handler=run)
 

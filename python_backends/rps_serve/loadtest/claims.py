@@ -100,6 +100,8 @@ def write_record(record: Mapping[str, Any], path: Path) -> None:
 def claims_page(records: Sequence[Mapping[str, Any]]) -> str:
     """The page of every recorded claim, newest first."""
     sections = [PAGE_HEADER]
+    if not records:
+        sections.append("No comparison has been recorded with this method yet.\n")
     for record in sorted(records, key=lambda r: r["recorded"], reverse=True):
         sections.append(_section(record))
     return "\n".join(sections)
