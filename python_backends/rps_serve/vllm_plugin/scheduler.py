@@ -47,6 +47,7 @@ from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.vllm_plugin.classify import EngineClassifier, request_features
 from rps_serve.vllm_plugin.config import RPSConfig
+from rps_serve.vllm_plugin.parent_watch import watch_parent
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
 from rps_serve.vllm_plugin.version import check_vllm_version
 
@@ -82,6 +83,7 @@ class _RPSMixin(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_vllm_version(vllm.__version__)
         super().__init__(*args, **kwargs)
+        watch_parent()  # no orphaned engine: it ends with the process that started it
         self.rps = RPSConfig.from_additional_config(self.vllm_config.additional_config)
         self.classifier = EngineClassifier(self.rps)
         self.time_scale = self.rps.aging_time_scale or (
