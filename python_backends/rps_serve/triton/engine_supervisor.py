@@ -77,6 +77,7 @@ class EngineSupervisor:
         await self._shut_down(self.engine)
         loop = asyncio.get_running_loop()
         for attempt in range(1, self._attempts + 1):
+            engine = None
             try:
                 engine = await loop.run_in_executor(None, self._build)
                 await self._on_started(engine)
@@ -84,6 +85,8 @@ class EngineSupervisor:
                 logger.exception(
                     "vllm_model: engine restart attempt %d of %d failed", attempt, self._attempts
                 )
+                if engine is not None:  # built, but could not be set up: its processes must go
+                    await self._shut_down(engine)
                 continue
             self.engine = engine
             self.restarts += 1

@@ -4,6 +4,8 @@ and Triton's readiness endpoints."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +13,7 @@ import urllib.request
 import psutil
 
 from rps_serve.client import Generation, StreamClient
+from rps_serve.local.server import LOCALHOST
 from rps_serve.requests import Modality
 from rps_serve.workload.prompts import filler_text
 from tests.e2e.triton.conftest import ENSEMBLE, Server
@@ -85,3 +88,11 @@ def status(server: Server, path: str) -> int | None:
         return int(error.code)
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return None
+
+
+def probe(server: Server, check: str) -> int:
+    """The exit status of the deployment's probe `check` (`ready` or `live`), run as the image runs it."""
+    endpoints = server.endpoints
+    command = [sys.executable, "-m", "rps_serve.probe", check, "--http", endpoints.http_url]
+    command += ["--metrics", f"{LOCALHOST}:{endpoints.metrics_port}"]
+    return subprocess.run(command, timeout=60, check=False).returncode

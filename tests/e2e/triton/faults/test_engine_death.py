@@ -30,6 +30,7 @@ from tests.e2e.triton.faults.conftest import (
     WORKER,
     alive,
     long_texts,
+    probe,
     start_streams,
     status,
     titled,
@@ -101,10 +102,12 @@ def test_engine_process_killed_under_load(server: Server, victim: str) -> None:
     refused = run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=4), timeout_s=60)
     assert refused.error is not None and p.RESTARTING in refused.error, refused.error
     assert _engine_down_within(server, 5.0)
+    assert probe(server, "live") == 1  # the deployment's liveness probe sees the engine down
     _serves_again(server, requests, deadline=killed + ENGINE_START_S + END_BOUND_S)
     assert _restarts(server) == restarts + 1
     assert _engine_up(server) == 1
     assert status(server, f"/v2/models/{VLLM_MODEL}/ready") == 200
+    assert probe(server, "ready") == 0 and probe(server, "live") == 0
     # The dead engine's processes are gone; the new engine's are the server's.
     assert not alive(engine), [process.pid for process in alive(engine)]
     assert len(titled(server.endpoints.pid, ENGINE_CORE)) == 1
