@@ -65,8 +65,13 @@ def engine_up(metrics: str, model: str = p.VLLM_MODEL) -> bool | None:
     status, text = _get(f"http://{metrics}/metrics")
     if status != 200:
         raise ProbeFailed(f"metrics endpoint answered HTTP {status}")
+    return parse_engine_up(text, model)
+
+
+def parse_engine_up(exposition: str, model: str = p.VLLM_MODEL) -> bool | None:
+    """`rps_engine_up` of `model` in a Prometheus text exposition; None where the series is absent."""
     prefix = f'rps_engine_up{{model="{model}"}} '
-    for line in text.splitlines():
+    for line in exposition.splitlines():
         if line.startswith(prefix):
             return float(line.removeprefix(prefix)) != 0
     return None
