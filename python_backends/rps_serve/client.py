@@ -139,15 +139,25 @@ class StreamClient:
     request here. An error that names none (one of Triton's own) goes to the only request outstanding,
     if there is one; otherwise it is kept in `unattributed_errors`, each standing for one of the
     requests still outstanding.
+
+    With `silence_timeout_s`, a request that has heard nothing (no response, no error) for that long
+    since it was sent or last answered ends with an error of the client's (`protocol.SILENCE`), checked
+    while `wait` and `wait_all` wait: Triton 2.51 never ends a decoupled model's requests whose stub
+    died (docs/limits-and-guarantees.md), so without it such a stream stays open for good. Choose it
+    above the longest silence a healthy request can have (its queueing and prefill, or a whole
+    non-streamed generation).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, silence_timeout_s: float | None = None) -> None:
         import tritonclient.grpc as grpcclient
 
         self._module = grpcclient
         self.client = grpcclient.InferenceServerClient(url)
         self.results: dict[str, StreamResult] = {}
         self._done: dict[str, threading.Event] = {}
+        self.silence_timeout_s = silence_timeout_s
+        self._heard: dict[str, float] = {}  # request id -> when it was sent or last answered
+        self.silenced: list[str] = []  # requests the client ended for their silence
         self._lock = threading.Lock()
         self.unattributed_errors: list[str] = []
         self.client.start_stream(callback=self._on_response)
@@ -160,6 +170,7 @@ class StreamClient:
         response = result.get_response()
         request_id = response.id
         entry = self.results[request_id]
+        self._heard[request_id] = now
         text = result.as_numpy(p.TEXT_OUTPUT)
         if text is not None:
             if entry.first_response_s is None:
@@ -201,6 +212,7 @@ class StreamClient:
         with self._lock:
             self.results[request_id] = StreamResult()
             self._done[request_id] = threading.Event()
+            self._heard[request_id] = time.monotonic()
         self.client.async_stream_infer(
             model,
             infer_inputs(self._module, tensors),
@@ -214,16 +226,41 @@ class StreamClient:
         with self._lock:
             return [r for r, done in self._done.items() if not done.is_set()]
 
-    def wait(self, request_id: str, timeout_s: float = 600.0) -> StreamResult:
-        if not self._done[request_id].wait(timeout_s):
-            raise TimeoutError(f"request {request_id} got no final response within {timeout_s:.0f} s")
+    def wait(self, request_id: str, timeout_s: float = 600.0, poll_s: float = 0.2) -> StreamResult:
+        deadline = time.monotonic() + timeout_s
+        while not self._done[request_id].wait(min(poll_s, max(0.0, deadline - time.monotonic()))):
+            self.end_silent()
+            if time.monotonic() >= deadline and not self._done[request_id].is_set():
+                raise TimeoutError(f"request {request_id} got no final response within {timeout_s:.0f} s")
         return self.results[request_id]
 
     def wait_all(self, deadline_s: float, poll_s: float = 0.2) -> Tally:
         """Wait until every request has ended or the clock (`time.monotonic`) passes `deadline_s`."""
         while self._outstanding() > 0 and time.monotonic() < deadline_s:
             time.sleep(poll_s)
+            self.end_silent()
         return self.tally()
+
+    def end_silent(self) -> list[str]:
+        """End with an error every request silent for longer than `silence_timeout_s`; their ids."""
+        if self.silence_timeout_s is None:
+            return []
+        now = time.monotonic()
+        ended = []
+        with self._lock:
+            for request_id, done in self._done.items():
+                silent_s = now - self._heard[request_id]
+                if done.is_set() or silent_s <= self.silence_timeout_s:
+                    continue
+                message = (
+                    f"{p.SILENCE} for {silent_s:.0f} s; the client ended it (the server may have lost it)"
+                )
+                entry = self.results[request_id]
+                entry.error, entry.done_s = p.attributed(request_id, message), now
+                done.set()
+                ended.append(request_id)
+        self.silenced += ended
+        return ended
 
     def _outstanding(self) -> int:
         """Requests that have not ended, counting each unattributed error as the end of one."""
@@ -244,7 +281,9 @@ class StreamClient:
         )
 
     def close(self, cancel_requests: bool = False) -> None:
-        self.client.stop_stream(cancel_requests=cancel_requests)
+        """End the stream; with requests the client ended for their silence, cancel them too, or
+        closing would wait for answers the server will never send."""
+        self.client.stop_stream(cancel_requests=cancel_requests or bool(self.silenced))
         self.client.close()
 
 

@@ -20,7 +20,9 @@ from tests.checkout import CHECKOUT, REPOSITORY
 
 DOCKER = CHECKOUT / "docker"
 DOCKERFILE = DOCKER / "Dockerfile"
-HEALTH_READY = "/v2/health/ready"
+MODEL_READY = "/v2/models/vllm_model/ready"
+# The probes `rps_serve.probe` runs (readiness, then liveness), as the image and compose call them.
+PROBES = ("python3 -m rps_serve.probe ready", "python3 -m rps_serve.probe live")
 
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
@@ -123,7 +125,7 @@ def test_the_server_serves_http_grpc_and_metrics() -> None:
     exposed = {int(p) for kind, arg in INSTRUCTIONS if kind == "EXPOSE" for p in arg.split()}
     assert exposed == set(SERVED_PORTS.values())
     healthcheck = next(arg for kind, arg in INSTRUCTIONS if kind == "HEALTHCHECK")
-    assert f"localhost:{SERVED_PORTS['http']}{HEALTH_READY}" in healthcheck
+    assert all(probe in healthcheck for probe in PROBES)
 
 
 def test_compose_serves_each_config_on_its_gpus() -> None:
@@ -140,9 +142,7 @@ def test_compose_serves_each_config_on_its_gpus() -> None:
         assert gpus["count"] == _tensor_parallel(config), name
         published = {int(p.split(":")[1]) for p in service["ports"]}
         assert published == set(SERVED_PORTS.values()), name
-        assert any(
-            f":{SERVED_PORTS['http']}{HEALTH_READY}" in part for part in service["healthcheck"]["test"]
-        )
+        assert all(probe in " ".join(service["healthcheck"]["test"]) for probe in PROBES), name
         assert any(volume.endswith(":/models:ro") for volume in service["volumes"])
 
 
@@ -169,8 +169,12 @@ def test_k8s_runs_several_replicas_ready_on_tritons_health(k8s: dict[str, dict[s
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == SERVED_PORTS
     readiness = container["readinessProbe"]["httpGet"]
-    assert readiness["path"] == HEALTH_READY
+    assert readiness["path"] == MODEL_READY
     assert ports[readiness["port"]] == SERVED_PORTS["http"]
+    liveness = container["livenessProbe"]
+    assert " ".join(liveness["exec"]["command"]) == PROBES[1]
+    # A dead engine restarts in place (one engine start) before liveness gives up on the pod.
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 300
     config = container["image"].rsplit(":", 1)[1]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == _tensor_parallel(config)
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}

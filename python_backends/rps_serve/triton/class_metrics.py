@@ -17,7 +17,10 @@ Triton model, so the model measures what it can see for each request, whose clas
 Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks), except two with the
 label `model` only: `rps_kv_cache_usage`, the engine's KV-cache usage (0-1) after its latest step, as
 vLLM's scheduler reports it, so a drained engine reads 0 unless blocks leaked; and
-`rps_rejected_total`, requests refused unread because `max_pending_requests` were in flight.
+`rps_rejected_total`, requests refused unread because `max_pending_requests` were in flight; and the
+engine's own two (`triton.engine_supervisor`): `rps_engine_restarts_total`, the times the engine died
+and was restarted in place, and `rps_engine_up`, 1 while the engine can serve, 0 while it restarts or
+after it could not.
 """
 
 from __future__ import annotations
@@ -91,6 +94,20 @@ class ClassMetrics:
         )
         self._families.append(rejected_family)
         self._rejected = rejected_family.Metric(labels={"model": model})
+        restarts_family = family(
+            name="rps_engine_restarts_total",
+            description="Times the vLLM engine died and was restarted in place",
+            kind=family.COUNTER,
+        )
+        up_family = family(
+            name="rps_engine_up",
+            description="1 while the vLLM engine can serve, 0 while it restarts or could not",
+            kind=family.GAUGE,
+        )
+        self._families += [restarts_family, up_family]
+        self._restarts = restarts_family.Metric(labels={"model": model})
+        self._engine_up = up_family.Metric(labels={"model": model})
+        self._engine_up.set(1)
 
     def close(self) -> None:
         """Drop the metrics before their families: the other order crashes the stub at shutdown."""
@@ -106,7 +123,7 @@ class ClassMetrics:
         ):
             if series is not None:
                 series.clear()
-        del self._kv_usage, self._rejected
+        del self._kv_usage, self._rejected, self._restarts, self._engine_up
         self._families.clear()
 
     def admitted(self, cls: RequestClass) -> None:
@@ -128,6 +145,12 @@ class ClassMetrics:
 
     def rejected(self) -> None:
         self._rejected.increment(1)
+
+    def engine_restarted(self) -> None:
+        self._restarts.increment(1)
+
+    def engine_up(self, up: bool) -> None:
+        self._engine_up.set(1 if up else 0)
 
     def ended(self, cls: RequestClass, preemptions: int, got_first_token: bool, cancelled: bool) -> None:
         if not got_first_token:

@@ -73,6 +73,20 @@ def is_refusal(message: str) -> bool:
     return OVERLOADED in message
 
 
+# In the message of a request failed or refused because the engine died and is being restarted in place:
+# retrying once the engine is back (or on another server) can succeed.
+RESTARTING = "engine restarting"
+
+
+# In the error a client of ours gives a request that heard nothing from the server for too long.
+SILENCE = "no response"
+
+
+def is_retryable(message: str) -> bool:
+    """Whether an error message says the server could not take the request now, not that it is bad."""
+    return OVERLOADED in message or RESTARTING in message
+
+
 # Error messages start with the id the client gave its request, JSON-quoted: tritonclient's gRPC stream
 # callback gets an error without the response's id, so on a stream shared by many requests the message
 # is the only place that can say whose error it is.

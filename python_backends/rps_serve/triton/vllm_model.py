@@ -12,6 +12,10 @@ directly carry none, and the engine classifies them itself. Before the engine, a
 decoded (and, with the class front end, its input rendered) once, by the front end's workers in class
 order (`triton.front_end`), never on the loop. With `RPS_RUN_LOG` set, every engine step, the loop's
 lag and each request's stages go to that file (`triton.run_log`).
+If the engine dies (its engine-core process or a worker), the requests it held end with an error naming
+them, new ones are refused as retryable while a new engine starts in place with the same settings
+(`triton.engine_supervisor`), and `is_ready()` says False meanwhile (Triton reads it from python_backend
+r26.03 on); if it cannot be restarted, the model asks Triton to unload it, so it is no longer ready.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from vllm.exceptions import VLLMClientError
+from vllm.v1.engine.exceptions import EngineDeadError
 
 from rps_serve.cost.online import OnlineCostModel
 from rps_serve.cost.runtime import CostModelRunner, OnnxCostModel
@@ -48,6 +53,7 @@ from rps_serve.triton.class_metrics import ClassMetrics
 from rps_serve.triton.classes import ClassEstimator, ClassInfo, supplied_class
 from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import engine_stats_logger
+from rps_serve.triton.engine_supervisor import EngineState, EngineSupervisor
 from rps_serve.triton.front_end import FrontEnd
 from rps_serve.triton.media import MediaLimits
 from rps_serve.triton.online_costs import CostModelMetrics, ObservedCostFeed, observing_costs
@@ -56,6 +62,7 @@ from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_lag
 from rps_serve.triton.settings import FrontEndMode, load_settings
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
+from rps_serve.vllm_plugin.parent_watch import follow_parent
 
 logger = logging.getLogger(__name__)
 
@@ -143,15 +150,25 @@ class TritonPythonModel:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-model-loop", daemon=True)
         self.thread.start()
-        starting = asyncio.run_coroutine_threadsafe(self._start_engine(settings.engine_kwargs()), self.loop)
-        self.engine = starting.result()
+        follow_parent()  # a dead tritonserver takes this stub and its engine down with it
+        self.model_name = args["model_name"]
         # The class front end orders the CPU work before the engine by class and renders inputs itself;
         # vLLM's keeps vLLM's own renderer (arrival order), as the stock baselines ship.
-        class_ordered = settings.front_end_mode is FrontEndMode.CLASS
-        self.renderer = MediaRenderer(self.engine) if class_ordered else None
-        if self.renderer is not None:
-            asyncio.run_coroutine_threadsafe(self.renderer.prepare(), self.loop).result()
-        self.front_end = FrontEnd(settings.front_end_workers, class_ordered=class_ordered)
+        self.class_ordered = settings.front_end_mode is FrontEndMode.CLASS
+        self.renderer: MediaRenderer | None = None
+        engine_kwargs = settings.engine_kwargs()
+        starting = asyncio.run_coroutine_threadsafe(self._start_engine(engine_kwargs), self.loop)
+        self.engine = starting.result()
+        asyncio.run_coroutine_threadsafe(self._engine_started(self.engine), self.loop).result()
+        self.supervisor = EngineSupervisor(
+            self.engine,
+            build=lambda: self._build_engine(engine_kwargs),
+            on_started=self._engine_started,
+            on_state=self._engine_state,
+        )
+        self.health_watch = asyncio.run_coroutine_threadsafe(self.supervisor.watch(), self.loop)
+        self.health_watch.add_done_callback(log_failure)
+        self.front_end = FrontEnd(settings.front_end_workers, class_ordered=self.class_ordered)
         self.inspector = ThreadPoolExecutor(1, thread_name_prefix="vllm-model-inspect")
         self.cost_feed: ObservedCostFeed | None = None
         self.cost_metrics: CostModelMetrics | None = None
@@ -173,6 +190,10 @@ class TritonPythonModel:
         )
 
     async def _start_engine(self, kwargs: dict[str, Any]) -> Any:
+        # Built on the loop, so that vLLM starts its output handler there at once.
+        return self._build_engine(kwargs)
+
+    def _build_engine(self, kwargs: dict[str, Any]) -> Any:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -181,16 +202,40 @@ class TritonPythonModel:
         logger_factory = engine_stats_logger(self.metrics.kv_cache_usage, self.run_log)
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[logger_factory])
 
+    async def _engine_started(self, engine: Any) -> None:
+        """Make `engine` the one requests go to (at start and after a restart)."""
+        renderer = MediaRenderer(engine) if self.class_ordered else None
+        if renderer is not None:
+            await renderer.prepare()
+        self.engine, self.renderer = engine, renderer
+
+    def _engine_state(self, state: EngineState) -> None:
+        """Publish the engine's state; once it cannot be restarted, have Triton unload the model so that
+        it reports not ready (this works where Triton runs with `--model-control-mode=explicit`)."""
+        self.metrics.engine_up(state is EngineState.SERVING)
+        if state is EngineState.SERVING:
+            self.metrics.engine_restarted()
+        elif state is EngineState.FAILED:
+            try:
+                pb_utils.unload_model(self.model_name)
+            except Exception:
+                logger.exception("vllm_model: Triton refused to unload the model that cannot serve")
+
+    def is_ready(self) -> bool:
+        """Triton's readiness check of this model (python_backend r26.03 and later call it)."""
+        return self.supervisor.serving
+
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
             asyncio.run_coroutine_threadsafe(self._serve(request), self.loop).add_done_callback(log_failure)
 
     def finalize(self) -> None:
+        self.health_watch.cancel()
         if self.cost_feed is not None:
             self.cost_feed.close()
         self.front_end.close()
         self.inspector.shutdown(wait=False, cancel_futures=True)
-        self.engine.shutdown()
+        self.supervisor.engine.shutdown()
         self.metrics.close()
         if self.cost_metrics is not None:
             self.cost_metrics.close()
@@ -212,6 +257,11 @@ class TritonPythonModel:
         client_id = request.request_id()
         assessment = tensor_getter(pb_utils, request)(p.ASSESS)  # answered whatever the load
         generates = assessment is None
+        if generates and not self.supervisor.serving:
+            sender.send(
+                error_response(pb_utils, client_id, self._not_serving(), code="UNAVAILABLE"), flags=FINAL
+            )
+            return
         if generates and self.max_pending is not None and self.pending >= self.max_pending:
             self.metrics.rejected()
             message = (
@@ -229,12 +279,20 @@ class TritonPythonModel:
                 await self._generate(request, sender)
         except (p.BadRequest, VLLMClientError) as error:  # the request's fault, e.g. a prompt too long
             sender.send(error_response(pb_utils, client_id, str(error), code="INVALID_ARG"), flags=FINAL)
+        except EngineDeadError:
+            message = f"vllm_model: the vLLM engine died while serving it; {p.RESTARTING}, retry later"
+            sender.send(error_response(pb_utils, client_id, message, code="UNAVAILABLE"), flags=FINAL)
         except Exception as error:
             logger.exception("vllm_model failed on request %r", client_id)
             sender.send(error_response(pb_utils, client_id, f"vllm_model failed: {error}"), flags=FINAL)
         finally:
             if generates:
                 self.pending -= 1
+
+    def _not_serving(self) -> str:
+        if self.supervisor.state is EngineState.FAILED:
+            return "vllm_model cannot serve: its vLLM engine died and could not be restarted"
+        return f"vllm_model {p.RESTARTING} (its vLLM engine died); retry later"
 
     def _assess(self, matrix: np.ndarray, request: Any, sender: Any) -> None:
         """Answer an assessment (`protocol.ASSESS`): how this model would class each row now, with the

@@ -7,6 +7,7 @@ from typing import Any
 
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.config import RPSConfig
+from rps_serve.vllm_plugin.version import check_installed_vllm
 
 
 def scheduler_engine_kwargs(
@@ -19,10 +20,12 @@ def scheduler_engine_kwargs(
 
     `fcfs`, `vllm-priority` and `modality-priority` are stock vLLM (its own scheduler and queue), so
     that baselines are the real thing; every other policy runs the RPS scheduler with vLLM's priority
-    policy underneath.
+    policy underneath. An unsupported vLLM release is refused here, before an engine starts
+    (`vllm_plugin.version`), and again by the scheduler in the engine-core process.
     """
     if policy.is_stock:
         return {"scheduling_policy": policy.row.vllm_policy}
+    check_installed_vllm()
     from rps_serve.vllm_plugin.scheduler import scheduler_cls_name
 
     config = RPSConfig(policy=policy, cost_model=str(cost_model) if cost_model else None, **rps_settings)

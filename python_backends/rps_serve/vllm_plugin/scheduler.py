@@ -45,10 +45,11 @@ from rps_serve.scheduling.holding import Hold
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
-from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
 from rps_serve.vllm_plugin.classify import EngineClassifier, request_features
 from rps_serve.vllm_plugin.config import RPSConfig
+from rps_serve.vllm_plugin.parent_watch import watch_parent
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
+from rps_serve.vllm_plugin.version import check_vllm_version
 
 logger = logging.getLogger(__name__)
 
@@ -80,13 +81,9 @@ class _RPSMixin(Scheduler):
     _costs: _ObservedCosts | None = None  # class-wide default: on only with `observed_costs`
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_vllm_version(vllm.__version__)
         super().__init__(*args, **kwargs)
-        if vllm.__version__ not in SUPPORTED_VLLM_VERSIONS:
-            logger.warning(
-                "RPS scheduler: vLLM %s is untested (supported: %s); run the contract tests",
-                vllm.__version__,
-                ", ".join(SUPPORTED_VLLM_VERSIONS),
-            )
+        watch_parent()  # no orphaned engine: it ends with the process that started it
         self.rps = RPSConfig.from_additional_config(self.vllm_config.additional_config)
         self.classifier = EngineClassifier(self.rps)
         self.time_scale = self.rps.aging_time_scale or (
