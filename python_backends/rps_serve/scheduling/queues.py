@@ -9,7 +9,7 @@ import math
 import operator
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -200,7 +200,13 @@ class ClassQueues(Generic[T]):
 
     def score(self, level: int, arrival_time: float) -> float:
         """Score of a request of `level` that arrived at `arrival_time`, as of this iteration."""
-        return float(self.regulator.scores(np.array([level]), np.array([arrival_time]), self.now)[0])
+        return self.scores([level], [arrival_time])[0]
+
+    def scores(self, levels: Sequence[int], arrival_times: Sequence[float]) -> list[float]:
+        """Scores of requests given as parallel sequences, as of this iteration, in one vectorized call."""
+        return self.regulator.scores(
+            np.array(levels, dtype=np.int64), np.array(arrival_times), self.now
+        ).tolist()
 
     def _head_score(self, head: _Entry[T]) -> float:
         if head.seq not in self._scores:
@@ -226,12 +232,16 @@ class ClassQueues(Generic[T]):
         queues = itertools.chain(self._queues, (run for runs in self._runs for run in runs.values()))
         chunk = [entry for queue in queues for entry in itertools.islice(queue, self.score_chunk)]
         self.visited += len(chunk)
-        scores = self.regulator.scores(
-            np.fromiter((e.level for e in chunk), dtype=np.int64, count=len(chunk)),
-            np.fromiter((e.arrival_time for e in chunk), dtype=np.float64, count=len(chunk)),
-            self.now,
-        )
-        self._scores.update(zip((e.seq for e in chunk), scores.tolist(), strict=True))
+        levels = [e.level for e in chunk]
+        arrivals = [e.arrival_time for e in chunk]
+        fresh = self._guard and self._fresh_score is None
+        if fresh:  # the starvation guard's yardstick, in the same call
+            levels.append(0)
+            arrivals.append(self.now)
+        scores = self.scores(levels, arrivals)
+        if fresh:
+            self._fresh_score = scores.pop()
+        self._scores.update(zip((e.seq for e in chunk), scores, strict=True))
 
     def _best_head(self) -> _Entry[T]:
         if self._held is not None:

@@ -192,14 +192,15 @@ class _RPSMixin(Scheduler):
         finally:
             classes.unskip()
 
-    def _contender(self, request: Request) -> Contender:
-        level = self.waiting.level(request)
-        return Contender(
-            level=level,
-            score=self.waiting.classes.score(level, request.arrival_time),
-            arrival_time=request.arrival_time,
-            num_preemptions=request.num_preemptions,
-        )
+    def _contenders(self, requests: list[Request]) -> list[Contender]:
+        """`requests` as the preemption rule sees them, scored in one vectorized call."""
+        levels = [self.waiting.level(r) for r in requests]
+        arrivals = [r.arrival_time for r in requests]
+        scores = self.waiting.classes.scores(levels, arrivals)
+        return [
+            Contender(level, score, r.arrival_time, r.num_preemptions)
+            for r, level, score in zip(requests, levels, scores, strict=True)
+        ]
 
     def _kv_short_for(self, request: Request) -> bool:
         """Whether free KV blocks cannot hold `request`'s next chunk (after running decodes take theirs)."""
@@ -217,8 +218,9 @@ class _RPSMixin(Scheduler):
         candidate = self.waiting.peek_request()
         if not self._kv_short_for(candidate):
             return
-        running = [(r, self._contender(r)) for r in self.running if r.status == RequestStatus.RUNNING]
-        victim = self.preemption_rule.choose_victim(self._contender(candidate), running)
+        running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+        waiting, *contenders = self._contenders([candidate, *running])
+        victim = self.preemption_rule.choose_victim(waiting, list(zip(running, contenders, strict=True)))
         if victim is None or not self._request_blocks_can_be_freed(victim):
             return
         self.running.remove(victim)
@@ -236,17 +238,17 @@ class _RPSMixin(Scheduler):
         candidate = self.waiting.peek_request()
         if candidate is self._yielded_to or self._kv_short_for(candidate):
             return []
-        best = self._contender(candidate)
-        outranked: list[Request] = []
-        for request in self.running:
-            if (
-                request.status != RequestStatus.RUNNING
-                or request.num_computed_tokens >= request.num_prompt_tokens
-            ):
-                continue
-            running = self._contender(request)
-            if best.level < running.level and best.score < running.score:
-                outranked.append(request)
+        prefilling = [
+            r
+            for r in self.running
+            if r.status == RequestStatus.RUNNING and r.num_computed_tokens < r.num_prompt_tokens
+        ]
+        best, *contenders = self._contenders([candidate, *prefilling])
+        outranked = [
+            request
+            for request, running in zip(prefilling, contenders, strict=True)
+            if best.level < running.level and best.score < running.score
+        ]
         if outranked:
             self._yielded_to = candidate
         return outranked
