@@ -218,7 +218,13 @@ class _RPSMixin(Scheduler):
         candidate = self.waiting.peek_request()
         if not self._kv_short_for(candidate):
             return
-        running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+        # Only a heavier class can be evicted: without one running, no scores are needed.
+        level = self.waiting.level(candidate)
+        running = [
+            r for r in self.running if r.status == RequestStatus.RUNNING and self.waiting.level(r) > level
+        ]
+        if not running:
+            return
         waiting, *contenders = self._contenders([candidate, *running])
         victim = self.preemption_rule.choose_victim(waiting, list(zip(running, contenders, strict=True)))
         if victim is None or not self._request_blocks_can_be_freed(victim):
