@@ -2,7 +2,8 @@
 
 For each backlog size, a real engine holds that many waiting requests (real vLLM `Request` objects,
 mixed text/image/video) beside a few running ones, and steps normally; the wall time of every
-`schedule()` call is recorded. Two set-ups, each a long queue that does not move while it is timed:
+`schedule()` call is recorded (printed: median and interquartile range, both engines side by side).
+Two set-ups, each a long queue that does not move while it is timed:
 - `kv-bound`: sequence slots are free but the KV cache is not (the running texts' prompts hold it),
   so at every step RPS scores and orders the backlog, checks its media for a decode hold and looks
   for an eviction (none is allowed: the running requests are of the lightest class) before vLLM
@@ -34,7 +35,7 @@ from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
 from rps_serve.workload.request_format import RequestFormat
 
-BACKLOGS = (64, 256, 1024)
+BACKLOGS = (64, 256, 1024, 4096)
 RUNNING = 4
 STEPS = 40
 BLOCK_SIZE = 32
@@ -57,7 +58,7 @@ def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
     return wrapper
 
 
-def _measure(model: Path, policy: Policy, setup: str) -> dict[int, float]:
+def _measure(model: Path, policy: Policy, setup: str) -> dict[int, list[float]]:
     import random
 
     from vllm import LLMEngine, SamplingParams
@@ -88,7 +89,7 @@ def _measure(model: Path, policy: Policy, setup: str) -> dict[int, float]:
         engine.step()
     modalities = [Modality.TEXT, Modality.TEXT, Modality.IMAGE, Modality.VIDEO]
     waiting_words = WAITING_WORDS if kv_bound else 30
-    medians: dict[int, float] = {}
+    timings: dict[int, list[float]] = {}
     queued = 0
     for backlog in BACKLOGS:
         while queued < backlog:
@@ -107,9 +108,15 @@ def _measure(model: Path, policy: Policy, setup: str) -> dict[int, float]:
             engine.step()
         assert len(scheduler.waiting) == backlog, "a waiting request was admitted: the queue moved"
         assert len(scheduler.running) == RUNNING, "a running request finished or was preempted"
-        medians[backlog] = statistics.median(samples)
+        timings[backlog] = list(samples)
     engine.engine_core.shutdown()
-    return medians
+    return timings
+
+
+def _spread(samples: list[float]) -> str:
+    """Median and interquartile range of `samples`, in microseconds."""
+    q1, median, q3 = (q * 1e6 for q in statistics.quantiles(samples, n=4))
+    return f"{median:.1f} [{q1:.1f}, {q3:.1f}]"
 
 
 def _shipped_rps() -> dict[str, Any]:
@@ -127,15 +134,15 @@ def main() -> None:
     args = parser.parse_args()
     configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-bench-")))
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the timer wraps the scheduler in this process
-    print(f"{'set-up':>10} {'waiting':>8} {'stock us':>9} {'rps us':>9} {'rps/stock':>9}")
+    header = ("set-up", "waiting", "stock us [p25, p75]", "rps us [p25, p75]", "rps/stock")
+    print("{:>10} {:>8} {:>24} {:>24} {:>9}".format(*header))
     for setup in SETUPS:
         stock = _measure(args.model, Policy.FCFS, setup)
         rps = _measure(args.model, Policy.RPS, setup)
         for backlog in BACKLOGS:
-            ratio = rps[backlog] / stock[backlog]
-            print(
-                f"{setup:>10} {backlog:8d} {stock[backlog] * 1e6:9.1f} {rps[backlog] * 1e6:9.1f} {ratio:9.2f}"
-            )
+            ratio = statistics.median(rps[backlog]) / statistics.median(stock[backlog])
+            row = (setup, backlog, _spread(stock[backlog]), _spread(rps[backlog]), ratio)
+            print("{:>10} {:8d} {:>24} {:>24} {:9.2f}".format(*row))
 
 
 if __name__ == "__main__":

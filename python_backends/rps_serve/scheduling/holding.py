@@ -14,8 +14,13 @@ arrive during the hold do not extend it. A request is held once at most, so the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping
+import itertools
+import weakref
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -43,3 +48,88 @@ class Hold:
         if not self.released and (now - self.since >= max_hold_s or self.waiting_for.isdisjoint(running)):
             self.released = True
         return not self.released
+
+
+@dataclass(eq=False)
+class _Cohort:
+    """The requests of one class whose holds began at the same step: they share one `Hold` (it
+    depends on the class, the running requests and the time only)."""
+
+    key: int
+    level: int
+    hold: Hold
+
+
+class DecodeHolds(Generic[R]):
+    """Every waiting request's hold, at a cost per step that does not grow with the queue.
+
+    A request's hold is decided at the first step that finds it waiting beside a lighter running
+    request; requests of one class decided at the same step form a cohort with one hold, so a step
+    decides each request once in its life and checks one hold per cohort in force, not one per
+    waiting request. The queue keeps a cohort's requests together (a group, by its key) while its
+    hold is in force. `checks` counts holds decided and checked, for tests that show the work.
+    """
+
+    def __init__(self, max_hold_s: float, num_levels: int) -> None:
+        self.max_hold_s = max_hold_s
+        self._cohorts: weakref.WeakKeyDictionary[R, _Cohort | None] = weakref.WeakKeyDictionary()
+        self._undecided: list[weakref.WeakSet[R]] = [weakref.WeakSet() for _ in range(num_levels)]
+        self._active: list[list[_Cohort]] = [[] for _ in range(num_levels)]
+        self._in_force: set[int] = set()
+        self._keys = itertools.count()
+        self.checks = 0
+
+    def arrived(self, request: R, level: int, exempt: bool) -> int | None:
+        """A request joins the waiting queue (again, after a preemption): the group it waits in, that
+        of its cohort while that cohort's hold lasts; an exempt request is never held."""
+        if request in self._cohorts:
+            cohort = self._cohorts[request]
+            return cohort.key if cohort is not None and not cohort.hold.released else None
+        if exempt:
+            self._cohorts[request] = None
+        else:
+            self._undecided[level].add(request)
+        return None
+
+    def step(
+        self, running: Mapping[Hashable, int], now: float, waiting: Callable[[R], bool]
+    ) -> tuple[list[tuple[int, list[R]]], list[int]]:
+        """For a step that runs `running` (request -> class level): decide the holds of waiting
+        requests first found heavier than a running one, and check every hold in force. Returns the
+        cohorts begun (their groups and requests) and the groups whose hold has ended."""
+        lightest = min(running.values(), default=len(self._active))
+        begun: list[tuple[int, list[R]]] = []
+        ended: list[int] = []
+        self._in_force.clear()
+        for level in range(lightest + 1, len(self._active)):
+            if (cohort := self._decide(level, running, now, waiting)) is not None:
+                begun.append(cohort)
+            self.checks += len(self._active[level])
+            for cohort_ in self._active[level]:
+                if cohort_.hold.keeps(running.keys(), now, self.max_hold_s):
+                    self._in_force.add(cohort_.key)
+                else:
+                    ended.append(cohort_.key)
+            self._active[level] = [c for c in self._active[level] if not c.hold.released]
+        return begun, ended
+
+    def _decide(
+        self, level: int, running: Mapping[Hashable, int], now: float, waiting: Callable[[R], bool]
+    ) -> tuple[int, list[R]] | None:
+        """The cohort of the waiting requests of `level` not yet decided, if its hold holds them."""
+        pending = [request for request in self._undecided[level] if waiting(request)]
+        self._undecided[level].clear()  # those no longer waiting are decided if they come back
+        if not pending:
+            return None
+        self.checks += len(pending)
+        cohort = _Cohort(next(self._keys), level, Hold.begin(level, running, now))
+        for request in pending:
+            self._cohorts[request] = cohort
+        if cohort.hold.released:
+            return None
+        self._active[level].append(cohort)
+        return cohort.key, pending
+
+    def in_force(self, group: Hashable) -> bool:
+        """Whether the requests of `group` sit out the current step."""
+        return group in self._in_force

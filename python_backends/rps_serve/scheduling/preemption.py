@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
+
 from rps_serve.scheduling.parameters import Policy
 
 T = TypeVar("T")
@@ -62,3 +64,23 @@ class PreemptionRule:
         if not eligible:
             return None
         return running[max(eligible)[2]][0]
+
+    def victim_position(
+        self,
+        waiting: Contender,
+        levels: np.ndarray,
+        scores: np.ndarray,
+        arrivals: np.ndarray,
+        preemptions: np.ndarray,
+    ) -> int | None:
+        """`choose_victim` over running requests given as parallel arrays (a simulator's hundreds of
+        running requests in one vectorized pass): the victim's position, or None."""
+        eligible = np.flatnonzero(
+            (levels > waiting.level)
+            & (preemptions < self.max_preemptions)
+            & (waiting.score + self.margin < scores)
+        )
+        if eligible.size == 0:
+            return None
+        # The largest (score, arrival, position), as `choose_victim` takes it.
+        return int(eligible[np.lexsort((eligible, arrivals[eligible], scores[eligible]))[-1]])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 import operator
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -29,6 +30,7 @@ class _Entry(Generic[T]):
     level: int
     arrival_time: float
     seq: int
+    group: Hashable | None = None  # parked in that group's run of its class
 
 
 class ClassQueues(Generic[T]):
@@ -49,6 +51,12 @@ class ClassQueues(Generic[T]):
     queue. Without it, a request that waits for KV blocks held by running sand would block the sand
     queued behind it only until that sand ages past it (p = 3.5 ages sand within a second), and
     under a steady stream of sand it would never see the cache drain.
+
+    Groups of requests can sit out iterations without leaving the queue (the decode hold): `park`
+    moves them into a run of their class, kept in arrival order beside the class queue; while an
+    iteration skips a group (`skip_groups`) its runs are left out of the order, and `unpark` merges
+    them back. A group costs an iteration one check, whatever its size. `visited` counts the
+    entries scored and the heads compared, for tests that show the work of an iteration.
     """
 
     score_chunk = 4  # most steps admit a handful per class; each further handful costs one call
@@ -64,6 +72,10 @@ class ClassQueues(Generic[T]):
         self._guard = regulator.policy.row.starvation_guard
         self._held: _Entry[T] | None = None
         self._fresh_score: float | None = None  # a lightest-class arrival's score, this iteration
+        self._runs: list[dict[Hashable, deque[_Entry[T]]]] = [{} for _ in range(regulator.num_levels)]
+        self._skipped: Callable[[Hashable], bool] | None = None
+        self._skipped_count = 0  # requests in skipped runs
+        self.visited = 0
         self.now = clock()
 
     def begin_iteration(self) -> list[QueueStats]:
@@ -77,79 +89,170 @@ class ClassQueues(Generic[T]):
     def stats(self) -> list[QueueStats]:
         """Length and mean waiting time of every class queue at `now`."""
         return [
-            QueueStats(len(queue), max(self.now - total / len(queue), 0.0) if queue else 0.0)
-            for queue, total in zip(self._queues, self._arrival_sums, strict=True)
+            QueueStats(count, max(self.now - total / count, 0.0) if count else 0.0)
+            for count, total in zip(self._counts(), self._arrival_sums, strict=True)
         ]
 
-    def add(self, item: T, level: int, arrival_time: float) -> None:
-        """Queue `item` in its class, placed by arrival time (a preempted request returns near the head)."""
+    def _counts(self) -> list[int]:
+        return [
+            len(queue) + sum(map(len, runs.values()))
+            for queue, runs in zip(self._queues, self._runs, strict=True)
+        ]
+
+    def add(self, item: T, level: int, arrival_time: float, group: Hashable | None = None) -> None:
+        """Queue `item` in its class, placed by arrival time (a preempted request returns near the head);
+        with `group`, in that group's run of its class."""
         if item in self._entries:
             raise ValueError(f"{item!r} is already queued")
         if not 0 <= level < self.regulator.num_levels:
             raise ValueError(f"class level {level} is outside 0..{self.regulator.num_levels - 1}")
-        entry = _Entry(item, level, arrival_time, next(self._seq))
-        queue = self._queues[level]
-        if not queue or _arrival_order(queue[-1]) <= _arrival_order(entry):
-            queue.append(entry)
-        else:
-            queue.insert(bisect.bisect_right(queue, _arrival_order(entry), key=_arrival_order), entry)
+        entry = _Entry(item, level, arrival_time, next(self._seq), group)
+        _insort(self._queues[level] if group is None else self._runs[level].setdefault(group, deque()), entry)
+        if group is not None and self._skipped is not None and self._skipped(group):
+            self._skipped_count += 1
         self._entries[item] = entry
         self._arrival_sums[level] += arrival_time
 
     def remove(self, item: T) -> None:
         entry = self._entries.pop(item)
-        self._queues[entry.level].remove(entry)
+        queue = self._queue_of(entry)
+        if queue[0] is entry:
+            queue.popleft()
+        else:
+            queue.remove(entry)
         self._forget(entry)
 
+    def _queue_of(self, entry: _Entry[T]) -> deque[_Entry[T]]:
+        return self._queues[entry.level] if entry.group is None else self._runs[entry.level][entry.group]
+
     def _forget(self, entry: _Entry[T]) -> None:
+        """Bookkeeping for an entry that has left its (class or run) queue."""
         if entry is self._held:
             self._held = None
+        if entry.group is not None:
+            runs = self._runs[entry.level]
+            if self._skipped is not None and self._skipped(entry.group):
+                self._skipped_count -= 1
+            if not runs[entry.group]:
+                del runs[entry.group]
         self._arrival_sums[entry.level] -= entry.arrival_time
-        if not self._queues[entry.level]:
+        if not self._queues[entry.level] and not self._runs[entry.level]:
             self._arrival_sums[entry.level] = 0.0  # drop accumulated rounding error
 
     def __contains__(self, item: object) -> bool:
         return item in self._entries
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Requests waiting; while groups are skipped, those not in them."""
+        return len(self._entries) - self._skipped_count
 
     def __bool__(self) -> bool:
-        return bool(self._entries)
+        return len(self) > 0
+
+    def park(self, items: Iterable[T], group: Hashable) -> None:
+        """Move waiting `items` into `group`'s runs, one per class. The class queue is cut only from
+        the oldest of them to its end: a group of recent arrivals costs what it moves."""
+        by_level: dict[int, list[_Entry[T]]] = {}
+        for item in items:
+            entry = self._entries[item]
+            if entry.group is None:
+                by_level.setdefault(entry.level, []).append(entry)
+        for level, entries in by_level.items():
+            moving = {id(entry) for entry in entries}
+            queue = self._queues[level]
+            tail = _cut_from(queue, min(map(_arrival_order, entries)))
+            queue.extend(entry for entry in tail if id(entry) not in moving)
+            run = self._runs[level].setdefault(group, deque())
+            for entry in tail:
+                if id(entry) in moving:
+                    entry.group = group
+                    _insort(run, entry)
+
+    def unpark(self, group: Hashable) -> None:
+        """Merge `group`'s runs back into their class queues."""
+        for level, runs in enumerate(self._runs):
+            run = runs.pop(group, None)
+            if not run:
+                continue
+            queue = self._queues[level]
+            tail = _cut_from(queue, _arrival_order(run[0]))
+            for entry in run:
+                entry.group = None
+            queue.extend(heapq.merge(tail, run, key=_arrival_order))
+
+    def skip_groups(self, skipped: Callable[[Hashable], bool]) -> int:
+        """Leave the runs of the groups `skipped` names out of the order until `unskip()`; returns how
+        many requests they hold. A request the starvation guard held loses its hold if it is one."""
+        self._skipped = skipped
+        self._skipped_count = sum(
+            len(run) for runs in self._runs for group, run in runs.items() if skipped(group)
+        )
+        if self._held is not None and self._held.group is not None and skipped(self._held.group):
+            self._held = None
+        return self._skipped_count
+
+    def unskip(self) -> None:
+        self._skipped = None
+        self._skipped_count = 0
 
     def level_of(self, item: T) -> int:
         return self._entries[item].level
 
     def score(self, level: int, arrival_time: float) -> float:
         """Score of a request of `level` that arrived at `arrival_time`, as of this iteration."""
-        return float(self.regulator.scores(np.array([level]), np.array([arrival_time]), self.now)[0])
+        return self.scores([level], [arrival_time])[0]
 
-    def _head_score(self, queue: deque[_Entry[T]]) -> float:
-        head = queue[0]
+    def scores(self, levels: Sequence[int], arrival_times: Sequence[float]) -> list[float]:
+        """Scores of requests given as parallel sequences, as of this iteration, in one vectorized call."""
+        return self.regulator.scores(
+            np.array(levels, dtype=np.int64), np.array(arrival_times), self.now
+        ).tolist()
+
+    def _head_score(self, head: _Entry[T]) -> float:
         if head.seq not in self._scores:
             self._score_heads()
         return self._scores[head.seq]
 
+    def _visible(self, level: int) -> Iterator[deque[_Entry[T]]]:
+        """The class queue of `level` and its runs that are not skipped, the non-empty ones."""
+        if self._queues[level]:
+            yield self._queues[level]
+        for group, run in self._runs[level].items():
+            if self._skipped is None or not self._skipped(group):
+                yield run
+
+    def _class_head(self, level: int) -> _Entry[T] | None:
+        """The oldest visible request of a class: within a class, older ranks first."""
+        heads = [queue[0] for queue in self._visible(level)]
+        self.visited += len(heads)
+        return min(heads, key=_arrival_order, default=None)
+
     def _score_heads(self) -> None:
-        """Score the first `score_chunk` requests of every class in one vectorized call."""
-        chunk = [entry for queue in self._queues for entry in itertools.islice(queue, self.score_chunk)]
-        scores = self.regulator.scores(
-            np.fromiter((e.level for e in chunk), dtype=np.int64, count=len(chunk)),
-            np.fromiter((e.arrival_time for e in chunk), dtype=np.float64, count=len(chunk)),
-            self.now,
-        )
-        self._scores.update(zip((e.seq for e in chunk), scores.tolist(), strict=True))
+        """Score the first `score_chunk` requests of every class queue and run in one vectorized call."""
+        queues = itertools.chain(self._queues, (run for runs in self._runs for run in runs.values()))
+        chunk = [entry for queue in queues for entry in itertools.islice(queue, self.score_chunk)]
+        self.visited += len(chunk)
+        levels = [e.level for e in chunk]
+        arrivals = [e.arrival_time for e in chunk]
+        fresh = self._guard and self._fresh_score is None
+        if fresh:  # the starvation guard's yardstick, in the same call
+            levels.append(0)
+            arrivals.append(self.now)
+        scores = self.scores(levels, arrivals)
+        if fresh:
+            self._fresh_score = scores.pop()
+        self._scores.update(zip((e.seq for e in chunk), scores, strict=True))
 
     def _best_head(self) -> _Entry[T]:
         if self._held is not None:
             return self._held
         best: _Entry[T] | None = None
         best_key = (math.inf, math.inf, 0)
-        for queue in self._queues:
-            if queue:
-                key = (self._head_score(queue), *_arrival_order(queue[0]))
+        for level in range(len(self._queues)):
+            if (head := self._class_head(level)) is not None:
+                key = (self._head_score(head), *_arrival_order(head))
                 if best is None or key < best_key:
-                    best, best_key = queue[0], key
+                    best, best_key = head, key
         if best is None:
             raise IndexError("no request is waiting")
         if self._guard and best.level > 0:
@@ -165,7 +268,7 @@ class ClassQueues(Generic[T]):
 
     def pop(self) -> T:
         entry = self._best_head()
-        queue = self._queues[entry.level]
+        queue = self._queue_of(entry)
         if queue[0] is entry:
             queue.popleft()
         else:  # a held request that an older re-queued request of its class has since passed
@@ -177,11 +280,21 @@ class ClassQueues(Generic[T]):
     def heavier_than(self, level: int) -> list[tuple[T, int]]:
         """The waiting requests of classes heavier than `level`, with their levels, class by class in
         arrival order: unscored, for a caller that needs each of them but not the global order."""
-        return [(entry.item, entry.level) for queue in self._queues[level + 1 :] for entry in queue]
+        return [
+            (entry.item, entry.level)
+            for heavier in range(level + 1, len(self._queues))
+            for entry in self._class(heavier)
+        ]
+
+    def _class(self, level: int) -> list[_Entry[T]]:
+        """Every waiting request of a class, skipped runs included, in arrival order."""
+        return list(heapq.merge(self._queues[level], *self._runs[level].values(), key=_arrival_order))
 
     def ordered(self) -> list[T]:
         """Every waiting request, best first: a held request, then ascending (score, arrival, insertion)."""
-        entries = [entry for queue in self._queues for entry in queue]
+        entries = [
+            entry for level in range(len(self._queues)) for queue in self._visible(level) for entry in queue
+        ]
         count = len(entries)
         levels = np.fromiter((e.level for e in entries), dtype=np.int64, count=count)
         arrivals = np.fromiter((e.arrival_time for e in entries), dtype=np.float64, count=count)
@@ -195,3 +308,20 @@ class ClassQueues(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         return iter(self.ordered())
+
+
+def _insort(queue: deque[_Entry[T]], entry: _Entry[T]) -> None:
+    """Place `entry` in `queue` by arrival (at the end, for the usual newest arrival)."""
+    if not queue or _arrival_order(queue[-1]) <= _arrival_order(entry):
+        queue.append(entry)
+    else:
+        queue.insert(bisect.bisect_right(queue, _arrival_order(entry), key=_arrival_order), entry)
+
+
+def _cut_from(queue: deque[_Entry[T]], key: tuple[float, int]) -> list[_Entry[T]]:
+    """Take off the end of `queue` every entry from `key` (arrival, insertion) on, in arrival order."""
+    tail: list[_Entry[T]] = []
+    while queue and _arrival_order(queue[-1]) >= key:
+        tail.append(queue.pop())
+    tail.reverse()
+    return tail

@@ -212,9 +212,10 @@ class Engine:
         budget = self.config.max_num_batched_tokens
         order = self.running.tolist()
         alive = order.copy()
+        preempted: set[int] = set()
         granted: dict[int, int] = {}
         for request in order:
-            if request not in alive:
+            if request in preempted:
                 continue
             pending = self._prompt[request] + int(self.generated[request]) - int(self.computed[request])
             tokens = self._chunk(pending, budget)
@@ -225,6 +226,7 @@ class Engine:
             while need > self.free_blocks:
                 victim = self._running_victim(alive)
                 alive.remove(victim)
+                preempted.add(victim)
                 budget += granted.pop(victim, 0)
                 self._preempt(victim)
                 if victim == request:
@@ -244,18 +246,20 @@ class Engine:
         if candidates.size == 0:
             return None
         ids = self.running[candidates]
-        scores = self._running_scores(ids).tolist()
         waiting = Contender(
             self._level[request],
             self.queues.score(self._level[request], self._arrival[request]),
             self._arrival[request],
             int(self.preemptions[request]),
         )
-        contenders = [
-            (int(index), Contender(self._level[r], score, self._arrival[r], int(self.preemptions[r])))
-            for index, r, score in zip(candidates.tolist(), ids.tolist(), scores, strict=True)
-        ]
-        return self.rule.choose_victim(waiting, contenders)
+        position = self.rule.victim_position(
+            waiting,
+            self.work.level[ids],
+            self._running_scores(ids),
+            self.work.arrival_s[ids],
+            self.preemptions[ids],
+        )
+        return None if position is None else int(candidates[position])
 
     def _schedule_waiting(self, budget: int, alloc: np.ndarray) -> tuple[list[int], list[int], np.ndarray]:
         """Admit waiting requests in policy order. Returns admitted ids, their tokens, and the mask of

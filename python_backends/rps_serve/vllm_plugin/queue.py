@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
@@ -19,11 +19,18 @@ class ClassRequestQueue(RequestQueue):
     vLLM "prepends" requests it could not schedule or has preempted; here every request is placed
     by its arrival time inside its class, which puts those back at the head of their class.
     A request's class is computed once, when it first arrives, and remembered for its lifetime.
+    `group_of` names the group a request joins the queue in (`ClassQueues.park`), given its level.
     """
 
-    def __init__(self, regulator: PriorityRegulator, classify: Callable[[Request], int]) -> None:
+    def __init__(
+        self,
+        regulator: PriorityRegulator,
+        classify: Callable[[Request], int],
+        group_of: Callable[[Request, int], Hashable | None] | None = None,
+    ) -> None:
         self._queues: ClassQueues[Request] = ClassQueues(regulator, clock=time.time)
         self._classify = classify
+        self._group_of = group_of
         self._levels: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
 
     @property
@@ -40,7 +47,9 @@ class ClassRequestQueue(RequestQueue):
         return self._queues.begin_iteration()
 
     def add_request(self, request: Request) -> None:
-        self._queues.add(request, self.level(request), request.arrival_time)
+        level = self.level(request)
+        group = None if self._group_of is None else self._group_of(request, level)
+        self._queues.add(request, level, request.arrival_time, group)
 
     def pop_request(self) -> Request:
         return self._queues.pop()

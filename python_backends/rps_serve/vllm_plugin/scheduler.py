@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ from vllm.v1.request import Request, RequestStatus
 from rps_serve.cost.observed import PrefillCostObserver, StepWork
 from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.chunking import prefill_chunk_cap
-from rps_serve.scheduling.holding import Hold
+from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
@@ -93,16 +92,19 @@ class _RPSMixin(Scheduler):
         regulator = PriorityRegulator(self.rps.policy, ladder)
         if self.waiting:
             raise RuntimeError("the RPS scheduler must replace the waiting queue before requests arrive")
-        self.waiting: ClassRequestQueue = ClassRequestQueue(regulator, self._classify)
+        self.max_hold_s = self.rps.decode_hold_s * self.time_scale
+        self._decode_holds: DecodeHolds[Request] | None = None
+        if self.max_hold_s and self.rps.policy.row.by_class:
+            self._decode_holds = DecodeHolds(self.max_hold_s, regulator.num_levels)
+        group_of = self._queued if self._decode_holds is not None else None
+        self.waiting: ClassRequestQueue = ClassRequestQueue(regulator, self._classify, group_of)
         # vLLM picks its preemption victim under KV pressure by (priority, arrival) only with this policy.
         self.policy = SchedulingPolicy.PRIORITY
         self.preemption_rule = PreemptionRule.for_policy(self.rps.policy, self.rps.max_preemptions)
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         self.yielded = 0  # steps a running prefill sat out for a request that outranked it
-        self.max_hold_s = self.rps.decode_hold_s * self.time_scale
-        self._holds: weakref.WeakKeyDictionary[Request, Hold] = weakref.WeakKeyDictionary()
-        self.holds = 0  # steps a waiting request sat out for lighter requests running beside it
+        self.holds = 0  # steps a waiting request sat out, at the head of its class, for lighter ones running
         self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
         if self.rps.observed_costs is not None:
             self._costs = _ObservedCosts(Path(self.rps.observed_costs))
@@ -118,6 +120,13 @@ class _RPSMixin(Scheduler):
         level = self.classifier.level(request)
         request.priority = level
         return level
+
+    def _queued(self, request: Request, level: int) -> int | None:
+        """A request joins the waiting queue: the decode hold learns of it (a text is never held under
+        `decode_hold_media_only`) and names the group it waits in while its hold lasts."""
+        assert self._decode_holds is not None
+        exempt = self.rps.decode_hold_media_only and not request.has_encoder_inputs
+        return self._decode_holds.arrived(request, level, exempt)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         output = self._schedule(*args, **kwargs)
@@ -153,50 +162,42 @@ class _RPSMixin(Scheduler):
         # an eviction nor a chunk cap would change what runs: skip them (and the scoring they need).
         if len(self.running) >= self.max_num_running_reqs:
             return super().schedule(*args, **kwargs)
-        with self._hold_back(self._held()):
+        with self._holding():
             self._evict_for_waiting()
             with self._chunk_cap(self._prefill_cap()), self._set_aside(self._outranked_prefills()):
                 return super().schedule(*args, **kwargs)
 
-    def _held(self) -> list[Request]:
-        """Waiting requests that sit this step out for the lighter requests running beside them
-        (`scheduling.holding`); none with the hold off or under FCFS."""
-        if not self.max_hold_s or not self.rps.policy.row.by_class or not self.waiting or not self.running:
-            return []
-        running = {r.request_id: self.waiting.level(r) for r in self.running}
-        lightest = min(running.values())
-        now = time.monotonic()
-        held: list[Request] = []
-        for request, level in self.waiting.classes.heavier_than(lightest):
-            hold = self._holds.get(request)
-            if hold is None:  # decided once per request: a long queue is walked every step
-                exempt = self.rps.decode_hold_media_only and not request.has_encoder_inputs
-                hold = Hold.released_at(now) if exempt else Hold.begin(level, running, now)
-                self._holds[request] = hold
-            if hold.keeps(running.keys(), now, self.max_hold_s):
-                held.append(request)
-        return held
-
     @contextmanager
-    def _hold_back(self, requests: list[Request]) -> Iterator[None]:
-        """Leave `requests` out of the waiting queue for one `schedule()`; afterwards they are back in
-        their places (a class queue orders by arrival)."""
-        self.waiting.remove_requests(requests)
+    def _holding(self) -> Iterator[None]:
+        """For one `schedule()`, waiting requests in a decode hold (`scheduling.holding`) sit out: the
+        queue keeps each cohort of holds together and skips it whole while its hold is in force, so
+        the step's work follows the cohorts, not the queue's length. None with the hold off."""
+        holds = self._decode_holds
+        if holds is None or not self.waiting or not self.running:
+            yield
+            return
+        running = {r.request_id: self.waiting.level(r) for r in self.running}
+        classes = self.waiting.classes
+        begun, ended = holds.step(running, time.monotonic(), classes.__contains__)
+        for group in ended:
+            classes.unpark(group)
+        for group, requests in begun:
+            classes.park(requests, group)
+        self.holds += classes.skip_groups(holds.in_force)
         try:
             yield
         finally:
-            for request in requests:
-                self.waiting.add_request(request)
-            self.holds += len(requests)
+            classes.unskip()
 
-    def _contender(self, request: Request) -> Contender:
-        level = self.waiting.level(request)
-        return Contender(
-            level=level,
-            score=self.waiting.classes.score(level, request.arrival_time),
-            arrival_time=request.arrival_time,
-            num_preemptions=request.num_preemptions,
-        )
+    def _contenders(self, requests: list[Request]) -> list[Contender]:
+        """`requests` as the preemption rule sees them, scored in one vectorized call."""
+        levels = [self.waiting.level(r) for r in requests]
+        arrivals = [r.arrival_time for r in requests]
+        scores = self.waiting.classes.scores(levels, arrivals)
+        return [
+            Contender(level, score, r.arrival_time, r.num_preemptions)
+            for r, level, score in zip(requests, levels, scores, strict=True)
+        ]
 
     def _kv_short_for(self, request: Request) -> bool:
         """Whether free KV blocks cannot hold `request`'s next chunk (after running decodes take theirs)."""
@@ -214,8 +215,15 @@ class _RPSMixin(Scheduler):
         candidate = self.waiting.peek_request()
         if not self._kv_short_for(candidate):
             return
-        running = [(r, self._contender(r)) for r in self.running if r.status == RequestStatus.RUNNING]
-        victim = self.preemption_rule.choose_victim(self._contender(candidate), running)
+        # Only a heavier class can be evicted: without one running, no scores are needed.
+        level = self.waiting.level(candidate)
+        running = [
+            r for r in self.running if r.status == RequestStatus.RUNNING and self.waiting.level(r) > level
+        ]
+        if not running:
+            return
+        waiting, *contenders = self._contenders([candidate, *running])
+        victim = self.preemption_rule.choose_victim(waiting, list(zip(running, contenders, strict=True)))
         if victim is None or not self._request_blocks_can_be_freed(victim):
             return
         self.running.remove(victim)
@@ -233,17 +241,17 @@ class _RPSMixin(Scheduler):
         candidate = self.waiting.peek_request()
         if candidate is self._yielded_to or self._kv_short_for(candidate):
             return []
-        best = self._contender(candidate)
-        outranked: list[Request] = []
-        for request in self.running:
-            if (
-                request.status != RequestStatus.RUNNING
-                or request.num_computed_tokens >= request.num_prompt_tokens
-            ):
-                continue
-            running = self._contender(request)
-            if best.level < running.level and best.score < running.score:
-                outranked.append(request)
+        prefilling = [
+            r
+            for r in self.running
+            if r.status == RequestStatus.RUNNING and r.num_computed_tokens < r.num_prompt_tokens
+        ]
+        best, *contenders = self._contenders([candidate, *prefilling])
+        outranked = [
+            request
+            for request, running in zip(prefilling, contenders, strict=True)
+            if best.level < running.level and best.score < running.score
+        ]
         if outranked:
             self._yielded_to = candidate
         return outranked

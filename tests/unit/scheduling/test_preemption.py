@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given
+import numpy as np
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rps_serve.scheduling.parameters import Policy
@@ -64,3 +65,26 @@ def test_fcfs_never_preempts() -> None:
 @given(a=contenders, b=contenders)
 def test_two_requests_cannot_evict_each_other(a: Contender, b: Contender) -> None:
     assert not (RULE.may_evict(a, b) and RULE.may_evict(b, a))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    waiting=st.tuples(st.integers(0, 2), st.sampled_from([0.0, 1.0, 2.0])),
+    running=st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.sampled_from([0.5, 1.0, 3.0, 4.0]),
+            st.sampled_from([0.0, 1.0]),
+            st.integers(0, 3),
+        ),
+        max_size=12,
+    ),
+)
+def test_the_vectorized_victim_is_the_one_choose_victim_picks(
+    waiting: tuple[int, float], running: list[tuple[int, float, float, int]]
+) -> None:
+    rule = PreemptionRule(margin=0.5)
+    contender = Contender(waiting[0], waiting[1], 0.0)
+    contenders = [(i, Contender(*row)) for i, row in enumerate(running)]
+    columns = [np.array([r[k] for r in running]) for k in range(4)]
+    assert rule.victim_position(contender, *columns) == rule.choose_victim(contender, contenders)

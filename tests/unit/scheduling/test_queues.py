@@ -234,3 +234,66 @@ def test_heavy_request_does_not_outrank_fresh_sand_before_the_bound() -> None:
         queues.add("sand", RequestClass.SAND, clock.now)
         queues.begin_iteration()
         assert queues.ordered() == ["sand", "heavy"]
+
+
+def test_a_parked_group_sits_out_while_skipped_and_returns_to_its_place() -> None:
+    queues, clock = _queues()
+    for name, level, arrival in [
+        ("rock-1", 2, 0.0),
+        ("sand", 0, 1.0),
+        ("rock-2", 2, 2.0),
+        ("rock-3", 2, 3.0),
+    ]:
+        queues.add(name, level, arrival)
+    clock.now = 4.0
+    queues.begin_iteration()
+    queues.add("rock-0", RequestClass.ROCKS, -1.0)
+    plain = queues.ordered()
+    queues.remove("rock-0")
+    queues.park(["rock-1", "rock-3"], "held")
+    assert queues.skip_groups(lambda group: group == "held") == 2
+    assert len(queues) == 2 and queues.ordered() == [r for r in plain if r in {"sand", "rock-2"}]
+    assert queues.stats()[RequestClass.ROCKS] == QueueStats(3, 4.0 - 5.0 / 3)  # still waiting, for the boosts
+    queues.add("rock-0", RequestClass.ROCKS, -1.0, group="held")  # re-queued into its group
+    assert "rock-0" not in queues.ordered() and len(queues) == 2
+    queues.unskip()
+    assert len(queues) == 5 and queues.ordered() == plain  # a group not skipped is in the order
+    queues.unpark("held")
+    assert queues.ordered() == plain and queues.heavier_than(RequestClass.SAND)[0] == ("rock-0", 2)
+    assert [queues.pop() for _ in plain] == plain
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=waiting_requests,
+    groups=st.lists(st.sampled_from([None, "a", "b"]), min_size=60, max_size=60),
+    skipped=st.sets(st.sampled_from(["a", "b"])),
+    unparked=st.sets(st.sampled_from(["a", "b"])),
+    now=st.floats(0.0, 1000.0),
+)
+def test_parking_leaves_the_order_of_the_rest_unchanged(
+    requests: list[tuple[int, float]],
+    groups: list[str | None],
+    skipped: set[str],
+    unparked: set[str],
+    now: float,
+) -> None:
+    """With groups parked and some skipped, the order is the plain order without the skipped ones;
+    after unparking, the plain order, and the same ties."""
+    parked, _ = _queues(now=now)
+    plain, _ = _queues(now=now)
+    names = [f"r{i}" for i in range(len(requests))]
+    for name, (level, arrival) in zip(names, requests, strict=True):
+        parked.add(name, level, arrival)
+        plain.add(name, level, arrival)
+    for group in ("a", "b"):
+        parked.park([n for n, g in zip(names, groups, strict=False) if g == group], group)
+    hidden = {n for n, g in zip(names, groups, strict=False) if g in skipped}
+    parked.skip_groups(lambda group: group in skipped)
+    assert parked.ordered() == [n for n in plain.ordered() if n not in hidden]
+    assert [parked.pop() for _ in range(len(parked))] == [n for n in plain.ordered() if n not in hidden]
+    parked.unskip()
+    for group in unparked:
+        parked.unpark(group)
+    rest = [n for n in plain.ordered() if n in hidden]
+    assert parked.ordered() == rest and [parked.pop() for _ in rest] == rest

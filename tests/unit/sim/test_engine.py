@@ -240,3 +240,34 @@ def test_a_running_victim_is_vllms_priority_choice_heaviest_class_then_latest() 
     assert engine._running_victim([1, 3]) == 3
     fcfs = _engine(work, Policy.FCFS, EngineConfig(kv_capacity_tokens=100_000))
     assert fcfs._running_victim([0, 1, 3]) == 3  # the last admitted
+
+
+def _queue_work_per_step(waiting: int, steps: int = 5) -> list[int]:
+    """Queue entries scored and compared per step while two sand requests decode in a full KV cache
+    and `waiting` requests of every class wait for it (rps: each step tries the head, and an eviction)."""
+    running = 2
+    levels = [0] * running + [i % 3 for i in range(waiting)]
+    work = _work(
+        [0.0] * running + [0.001] * waiting,
+        [1000] * running + [2000] * waiting,
+        [50] * (running + waiting),
+        levels,
+    )
+    engine = _engine(work, Policy.RPS, EngineConfig(kv_capacity_tokens=2200, max_num_batched_tokens=4096))
+    for request in range(running):
+        engine.add(request)
+    engine.step()
+    engine.now = 0.001
+    for request in range(running, running + waiting):
+        engine.add(request)
+    work_per_step = []
+    for _ in range(steps):
+        before = engine.queues.visited
+        engine.step()
+        work_per_step.append(engine.queues.visited - before)
+    assert len(engine.queues) == waiting, "a waiting request was admitted: the queue moved"
+    return work_per_step
+
+
+def test_the_work_of_a_step_does_not_grow_with_the_queue() -> None:
+    assert _queue_work_per_step(64) == _queue_work_per_step(4096)
