@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 from scipy.stats import t as student_t
@@ -159,6 +160,18 @@ class Ratio:
         if not self.measured:
             return f"not measured ({self.refused or 'no interval'})"
         return f"{self.estimate:.2f}x [{self.low:.2f}, {self.high:.2f}] n={self.seeds}"
+
+    def marked(self) -> str:
+        """As `str`, with " =" after an interval that includes 1 (no difference measured)."""
+        return f"{self}{' =' if self.measured and not self.differs() else ''}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict": self.verdict()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ratio:
+        """A ratio as `to_json` wrote it (the verdict is derived again)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 def log_t_interval(ratios: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rps_serve.comparison import HEADLINE_METRICS
+from rps_serve.comparison import HEADLINE_METRICS, Ratio
 
 PAGE_HEADER = """# What RPS-Serve claims today
 
@@ -138,7 +138,7 @@ def _load_lines(load: Mapping[str, Any], candidate: str) -> list[str]:
         "|---|" + "---|" * len(baselines),
     ]
     for metric in (m.name for m in HEADLINE_METRICS):
-        cells = [_cell(ratios[b][metric]) for b in baselines if metric in ratios[b]]
+        cells = [Ratio.from_json(ratios[b][metric]).marked() for b in baselines if metric in ratios[b]]
         if cells:
             lines.append(f"| {metric} | " + " | ".join(cells) + " |")
     lines.append("")
@@ -150,10 +150,3 @@ def _load_lines(load: Mapping[str, Any], candidate: str) -> list[str]:
     )
     lines.append(f"- requests: {tallies}")
     return lines
-
-
-def _cell(ratio: Mapping[str, Any]) -> str:
-    if ratio.get("refused") or ratio["verdict"] == "not measured":
-        return f"not measured ({ratio.get('refused') or 'no interval'})"
-    mark = "" if ratio["verdict"] in ("faster", "slower") else " ="
-    return f"{ratio['estimate']:.2f}x [{ratio['low']:.2f}, {ratio['high']:.2f}] n={ratio['seeds']}{mark}"

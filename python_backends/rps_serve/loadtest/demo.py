@@ -451,9 +451,8 @@ def target_lines(load: LoadRuns, repository: Path, mix: str) -> list[str]:
     for baseline, metric, target in TARGETS.get(mix, ()):
         if baseline in ratios:
             ratio = ratios[baseline][metric]
-            verdict = "not measured" if not ratio.measured else "met" if ratio.meets(target) else "not met"
-            shown = f"{ratio.estimate:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}] n={ratio.seeds}"
-            lines.append(f"target {CANDIDATE} / {baseline} {metric} <= {target:g}x: {shown} {verdict}")
+            verdict = "" if not ratio.measured else " met" if ratio.meets(target) else " not met"
+            lines.append(f"target {CANDIDATE} / {baseline} {metric} <= {target:g}x: {ratio}{verdict}")
     lines += wait_lines(load, repository)
     return lines
 
@@ -538,9 +537,8 @@ def starvation_check(
 
 
 def _ratio_cell(ratio: Ratio) -> str:
-    if not ratio.measured:
-        return "not measured"
-    return f"{ratio}{' =' if not ratio.differs() else ''}"
+    """A table cell: the reasons a ratio was not measured are listed below the table."""
+    return ratio.marked() if ratio.measured else "not measured"
 
 
 def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
@@ -672,7 +670,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
                 "capacity_bracketed": load.bracketed,
                 "results": results,
                 f"{CANDIDATE}_ratios": {
-                    baseline: {name: _ratio_json(r) for name, r in row.items()}
+                    baseline: {name: r.to_json() for name, r in row.items()}
                     for baseline, row in load.ratios.items()
                 },
                 "targets": target_lines(load, config.repository, config.mix),
@@ -728,10 +726,6 @@ def _run_summary(run: PolicyRun) -> dict[str, Any]:
         "processes": run.processes,
         "served_fit": None if run.fit is None else run.fit.as_json(),
     }
-
-
-def _ratio_json(ratio: Ratio) -> dict[str, Any]:
-    return {**asdict(ratio), "verdict": ratio.verdict()}
 
 
 def _format(fmt: str, value: float | None) -> str:
