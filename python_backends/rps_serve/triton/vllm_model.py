@@ -43,7 +43,6 @@ from rps_serve.cost.online import OnlineCostModel
 from rps_serve.cost.runtime import CostModelRunner, OnnxCostModel
 from rps_serve.triton import protocol as p
 from rps_serve.triton.backend import (
-    configure_logging,
     error_response,
     log_failure,
     requested_outputs,
@@ -61,6 +60,7 @@ from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_lag
 from rps_serve.triton.settings import FrontEndMode, load_settings
+from rps_serve.triton.triton_log import log_to_triton
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.vllm_plugin.parent_watch import follow_parent
 
@@ -129,7 +129,7 @@ class _Progress:
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
-        configure_logging()
+        log_to_triton(pb_utils)
         if not pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"])):
             raise pb_utils.TritonModelException("vllm_model must be decoupled (model_transaction_policy)")
         settings = load_settings(Path(args["model_repository"]).parent)
