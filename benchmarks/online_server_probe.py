@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from rps_serve.client import ServedClasses
-from rps_serve.cost.runtime import OnnxCostModel, agreement
+from rps_serve.cost.model import agreement
+from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.loadtest.replay import build_requests, replay
 from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.local.checkout import REPOSITORY, TINY_MODEL

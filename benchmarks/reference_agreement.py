@@ -12,7 +12,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from rps_serve.cost.runtime import OnnxCostModel, agreement
+from rps_serve.cost.model import agreement
+from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import reference_model_names

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rps_serve.cost import features as cols
-from rps_serve.cost.runtime import Assessment
+from rps_serve.cost.model import Assessment
 from rps_serve.requests import CostEstimate, Modality, RequestFeatures
 from rps_serve.triton import protocol as p
 

@@ -94,3 +94,14 @@ class CostEstimate:
 
     prefill_s: float
     memory_tokens: int
+
+
+def request_features(
+    images: int, videos: int, prompt_tokens: int, placeholder_tokens: int
+) -> RequestFeatures:
+    """The cost model's view of a request, however its tokens were counted (`preprocess` before vLLM,
+    the plug-in on vLLM's request): its heaviest medium, its prompt tokens and the placeholders among
+    them."""
+    return RequestFeatures(
+        Modality.heaviest(images, videos), prompt_tokens, min(placeholder_tokens, prompt_tokens)
+    )

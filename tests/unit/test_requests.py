@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rps_serve.requests import Modality, RequestClass, RequestFeatures
+from rps_serve.requests import Modality, RequestClass, RequestFeatures, request_features
 
 
 def test_modality_index_round_trips() -> None:
@@ -33,3 +33,9 @@ def test_a_requests_modality_is_its_heaviest_medium() -> None:
     assert Modality.heaviest(0, 0) is Modality.TEXT
     assert Modality.heaviest(3, 0) is Modality.IMAGE
     assert Modality.heaviest(2, 1) is Modality.VIDEO
+
+
+def test_request_features_take_the_heaviest_medium_and_at_most_the_prompt_as_placeholders() -> None:
+    assert request_features(2, 1, 900, 800) == RequestFeatures(Modality.VIDEO, 900, 800)
+    assert request_features(1, 0, 100, 150) == RequestFeatures(Modality.IMAGE, 100, 100)
+    assert request_features(0, 0, 20, 0) == RequestFeatures(Modality.TEXT, 20, 0)

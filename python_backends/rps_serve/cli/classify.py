@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.client import ServedClasses
-from rps_serve.cost.runtime import CostModelRunner, OnnxCostModel
+from rps_serve.cost.model import CostModel
+from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 
 
@@ -38,7 +39,7 @@ def _request(spec: str) -> RequestFeatures:
 
 
 def run(args: argparse.Namespace) -> int:
-    model: CostModelRunner | ServedClasses
+    model: CostModel | ServedClasses
     model = ServedClasses(args.url) if args.url else OnnxCostModel.from_repository(args.repository)
     print(f"{'request':<20} {'prefill ms':>10} {'KV tokens':>10}  class")
     for request, verdict in zip(args.requests, model.assess(args.requests), strict=True):

@@ -11,7 +11,6 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PowerTransformer, StandardScaler
 
 from rps_serve.cost import features as cols
-from rps_serve.requests import Modality
 
 MIN_CLASSES, MAX_CLASSES = 2, 5
 
@@ -78,8 +77,3 @@ class RequestClassifier:
         """Class level (int64) of every row of an [n, 3] cost matrix."""
         levels: np.ndarray = self.pipeline_.predict(np.asarray(cost, dtype=np.float64))
         return levels.astype(np.int64)
-
-
-def naive_level(modality: Modality) -> int:
-    """The ablation's classifier: text is sand, image is pebbles, video is rocks."""
-    return modality.index

@@ -41,16 +41,10 @@ import numpy as np
 from rps_serve.cost import features as cols
 from rps_serve.cost.classifier import RequestClassifier
 from rps_serve.cost.estimator import ImpactEstimator
+from rps_serve.cost.model import CostModel
 from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
-from rps_serve.cost.runtime import (
-    CLASSIFIER_MODEL,
-    REPORT_FILE,
-    Assessment,
-    CostModelRunner,
-    OnnxCostModel,
-    onnx_path,
-)
-from rps_serve.cost.training import CostModel, TrainingOptions, fit_of_report, population_of_report
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, REPORT_FILE, OnnxCostModel, onnx_path
+from rps_serve.cost.training import FittedCostModel, TrainingOptions, fit_of_report, population_of_report
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality, RequestFeatures
@@ -164,12 +158,14 @@ def robust_line(
     return estimator.fit_line(modality, tokens[keep], seconds[keep])
 
 
-class OnlineCostModel(CostModelRunner):
+class OnlineCostModel(CostModel):
     """The fit in service, refitted by `update` from the records `observe` collects.
 
-    `assess` may run on one thread while `observe` and `update` run on another: the fit in service
+    `estimate` may run on one thread while `observe` and `update` run on another: the fit in service
     is one object, replaced whole.
     """
+
+    refits = True
 
     def __init__(
         self,
@@ -206,7 +202,7 @@ class OnlineCostModel(CostModelRunner):
     @classmethod
     def from_fit(
         cls,
-        model: CostModel,
+        model: FittedCostModel,
         training: TrainingOptions,
         options: OnlineOptions,
         population: Sequence[RequestFeatures],
@@ -224,14 +220,10 @@ class OnlineCostModel(CostModelRunner):
     def _runner(estimator: ImpactEstimator, classifier_onnx: bytes) -> OnnxCostModel:
         return OnnxCostModel(estimator_to_onnx(estimator).SerializeToString(), classifier_onnx)
 
-    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
-        return self._served.cost(feature_matrix)
-
-    def classify(self, cost: np.ndarray) -> np.ndarray:
-        return self._served.classify(cost)
-
-    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
-        return self._served.assess(requests)  # one fit for both steps, whatever `update` does meanwhile
+    def estimate(self, feature_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._served.estimate(
+            feature_matrix
+        )  # one fit for both steps, whatever `update` does meanwhile
 
     def observe(self, records: Iterable[ProfileRecord]) -> None:
         for record in records:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import onnxruntime as ort
 
-from rps_serve.cost import features as cols
+from rps_serve.cost.model import CostModel, ModalityClasses
 from rps_serve.cost.onnx_export import COST_TENSOR, FEATURES_INPUT, LEVEL_OUTPUT, NUM_CLASSES_KEY
-from rps_serve.requests import CostEstimate, RequestFeatures
 
 ESTIMATOR_MODEL = "impact_estimator"
 CLASSIFIER_MODEL = "request_classifier"
@@ -35,14 +31,6 @@ def aging_time_scale(repository: Path) -> float:
     return float(json.loads(report.read_text()).get("aging_time_scale", 1.0))
 
 
-@dataclass(frozen=True)
-class Assessment:
-    """The cost model's verdict on one request."""
-
-    estimate: CostEstimate
-    level: int
-
-
 def _session(model: Path | bytes) -> ort.InferenceSession:
     """An onnxruntime session of a model file, or of a serialized model (an online refit's)."""
     options = ort.SessionOptions()
@@ -53,37 +41,7 @@ def _session(model: Path | bytes) -> ort.InferenceSession:
     return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
 
 
-class Assesses(Protocol):
-    """Anything that says how it would class requests: a cost model here, or a running server
-    (`client.ServedClasses`)."""
-
-    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]: ...
-
-
-class CostModelRunner:
-    """The Impact Estimator and Request Classifier pair, wherever they run: `cost`, `classify` and
-    `num_classes` from a subclass; `assess` chains them."""
-
-    num_classes: int
-
-    def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
-        """[n, 3] features -> [n, 3] cost (float32)."""
-        raise NotImplementedError
-
-    def classify(self, cost: np.ndarray) -> np.ndarray:
-        """[n, 3] cost -> [n] class levels (int64)."""
-        raise NotImplementedError
-
-    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
-        cost = self.cost(cols.feature_matrix(requests))
-        levels = self.classify(cost)
-        return [
-            Assessment(CostEstimate(float(row[cols.PREFILL_S]), int(row[cols.MEMORY_TOKENS])), int(level))
-            for row, level in zip(cost, levels, strict=True)
-        ]
-
-
-class OnnxCostModel(CostModelRunner):
+class OnnxCostModel(CostModel):
     """Impact Estimator and Request Classifier as loaded from a model repository (or serialized)."""
 
     def __init__(self, estimator: Path | bytes, classifier: Path | bytes) -> None:
@@ -112,7 +70,6 @@ class OnnxCostModel(CostModelRunner):
         return levels
 
 
-def agreement(a: Assesses, b: Assesses, requests: Sequence[RequestFeatures]) -> float:
-    """Share of `requests` that `a` and `b` put in the same class."""
-    levels = [np.array([v.level for v in model.assess(requests)]) for model in (a, b)]
-    return float(np.mean(levels[0] == levels[1]))
+def cost_model_at(repository: Path | None) -> CostModel:
+    """The cost model `rps-serve train` wrote to `repository`; without one, the modality's classes."""
+    return ModalityClasses() if repository is None else OnnxCostModel.from_repository(repository)

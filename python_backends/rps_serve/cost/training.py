@@ -15,8 +15,9 @@ import onnx
 from rps_serve.cost import features as cols
 from rps_serve.cost.classifier import MemoryFeature, RequestClassifier
 from rps_serve.cost.estimator import ImpactEstimator
+from rps_serve.cost.model import CostModel
 from rps_serve.cost.onnx_export import classifier_to_onnx, estimator_to_onnx
-from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, CostModelRunner, onnx_path
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import DEFAULT_REFERENCE, PrefillLine, reference_model
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
@@ -34,7 +35,7 @@ class TrainingOptions:
 
 
 @dataclass(frozen=True)
-class CostModel(CostModelRunner):
+class FittedCostModel(CostModel):
     """A fitted estimator and classifier pair, run in memory (the same functions as its ONNX export)."""
 
     estimator: ImpactEstimator
@@ -51,7 +52,7 @@ class CostModel(CostModelRunner):
         return self.classifier.predict(cost)
 
 
-def fit_cost_model(records: Sequence[ProfileRecord], options: TrainingOptions) -> CostModel:
+def fit_cost_model(records: Sequence[ProfileRecord], options: TrainingOptions) -> FittedCostModel:
     estimator = ImpactEstimator(quantile=options.quantile).fit(records)
     cost = estimator.predict_cost(cols.feature_matrix([r.features for r in records]))
     classifier = RequestClassifier(
@@ -60,7 +61,7 @@ def fit_cost_model(records: Sequence[ProfileRecord], options: TrainingOptions) -
         memory_feature=options.memory_feature,
         random_state=options.seed,
     ).fit(cost)
-    return CostModel(estimator, classifier)
+    return FittedCostModel(estimator, classifier)
 
 
 def time_scale(records: Sequence[ProfileRecord], reference: str) -> float:
@@ -80,7 +81,7 @@ def time_scale(records: Sequence[ProfileRecord], reference: str) -> float:
     return float(np.median(ratios)) if ratios else 1.0
 
 
-def _report(model: CostModel, records: Sequence[ProfileRecord], source: str) -> dict[str, Any]:
+def _report(model: FittedCostModel, records: Sequence[ProfileRecord], source: str) -> dict[str, Any]:
     estimator, classifier = model.estimator, model.classifier
     k = classifier.num_classes
     modalities = np.array([r.modality.index for r in records])

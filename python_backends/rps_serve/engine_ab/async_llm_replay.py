@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.cost.model import CostModel
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
-from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.request_format import RequestFormat
@@ -28,11 +28,12 @@ class ReplayRequest:
 
 
 def build_requests(
-    trace: Trace, served: RequestFormat, labeler: ClassLabeler, limits: ContentLimits, seed: int
+    trace: Trace, served: RequestFormat, cost_model: CostModel, limits: ContentLimits, seed: int
 ) -> list[ReplayRequest]:
     """Fresh prompts and media for every request of `trace`, sized for the served model (`plan_content`)."""
     plan = plan_content(trace, served, limits)
-    levels = labeler.levels(plan.modality, plan.text_tokens + plan.visual_tokens, plan.visual_tokens)
+    features = np.column_stack([plan.modality, plan.text_tokens + plan.visual_tokens, plan.visual_tokens])
+    levels = cost_model.levels(features.astype(np.float32))
     requests = []
     for row, content in enumerate(plan.contents(served, seed)):
         prompt: dict[str, Any] = {"prompt": content.prompt}

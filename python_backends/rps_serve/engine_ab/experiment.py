@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rps_serve.cost.runtime import cost_model_at
 from rps_serve.engine_ab.async_llm_replay import build_requests, replay
 from rps_serve.metrics import RequestRecords, concatenate_records, grouped_metrics
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.vllm_plugin.engine_args import engine_args
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
@@ -61,17 +61,17 @@ def run_ab(config: ABConfig) -> dict[str, Any]:
     """Every policy `repeats` times, interleaved (fcfs, rps, fcfs, rps, ...), on the same trace with
     fresh prompts and media per run; results pooled per policy, in `rps-serve simulate`'s JSON shape."""
     served = RequestFormat.of_model(config.model)
-    labeler = ClassLabeler(config.cost_model)
+    cost_model = cost_model_at(config.cost_model)
     trace = config.workload.trace()
     runs: dict[Policy, list[RequestRecords]] = {p: [] for p in config.policies}
     for repeat in range(config.repeats):
         for index, policy in enumerate(config.policies):
             content_seed = config.seed + 1000 * repeat + index  # fresh content: caches must not hit
-            requests = build_requests(trace, served, labeler, config.content_limits, content_seed)
+            requests = build_requests(trace, served, cost_model, config.content_limits, content_seed)
             engine = _engine(config, policy)
             try:
                 started = time.perf_counter()
-                records = asyncio.run(replay(engine, requests, labeler.num_levels))
+                records = asyncio.run(replay(engine, requests, cost_model.num_classes))
                 logger.info("%s run %d: %.1f s", policy.value, repeat + 1, time.perf_counter() - started)
             finally:
                 engine.shutdown()

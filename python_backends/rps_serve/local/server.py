@@ -141,9 +141,11 @@ def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]
     return env
 
 
-def server_command(tree: Path, repository: Path, endpoints: Endpoints, shm_prefix: str) -> list[str]:
+def server_command(
+    tree: Path, repository: Path, endpoints: Endpoints, shm_prefix: str, log_verbose: int = 0
+) -> list[str]:
     """`shm_prefix` names the server's shared-memory regions: the python backend's setting, which the
-    Python-based backends (the ONNX stand-in) take too."""
+    Python-based backends (the ONNX stand-in) take too; `log_verbose` is Triton's `--log-verbose`."""
     return [
         str(tree / "bin" / "tritonserver"),
         f"--model-repository={repository}",
@@ -161,6 +163,7 @@ def server_command(tree: Path, repository: Path, endpoints: Endpoints, shm_prefi
         f"--backend-config=python,shm-growth-byte-size={PYTHON_SHM_BYTES}",
         f"--backend-config=python,shm-region-prefix-name={shm_prefix}-python",
         "--log-info=true",
+        f"--log-verbose={log_verbose}",
         # In-flight requests at shutdown belong to clients that are gone or will see the error.
         "--exit-timeout-secs=10",
     ]
@@ -224,6 +227,7 @@ def local_server(
     log_file: Path | None = None,
     load_timeout_s: float = 900.0,
     ports: Ports = Ports(),
+    log_verbose: int = 0,
 ) -> Iterator[Endpoints]:
     """Run tritonserver on `repository` until the block exits; yields its endpoints once every model is
     loaded. A model not loaded within `load_timeout_s` fails the start with its name (from the log) and
@@ -238,7 +242,7 @@ def local_server(
     with log_path.open("ab") as log:
         log_start = log.tell()  # the log may hold earlier servers' runs
         process = subprocess.Popen(
-            server_command(tree, repository.resolve(), endpoints, shm_prefix),
+            server_command(tree, repository.resolve(), endpoints, shm_prefix, log_verbose),
             env=server_environment(env),
             stdout=log,
             stderr=subprocess.STDOUT,

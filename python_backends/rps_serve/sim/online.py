@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rps_serve.cost import features as cols
+from rps_serve.cost.model import CostModel, agreement
 from rps_serve.cost.online import OnlineCostModel
-from rps_serve.cost.runtime import CostModelRunner, agreement
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.sim.simulator import Deployment
@@ -58,7 +58,9 @@ class OnlineUpdate:
 
 
 @dataclass(frozen=True)
-class OnlineClasses:
+class OnlineReplay:
+    """A trace classed at arrival by the online refit: the classes, and how the fit agreed with the truth."""
+
     levels: np.ndarray  # the class each request got at its arrival
     start_agreement: float  # the probes' agreement before any update
     updates: list[OnlineUpdate]
@@ -109,10 +111,10 @@ def online_levels(
     trace: Trace,
     deployment: Deployment,
     model: OnlineCostModel,
-    truth: CostModelRunner,
+    truth: CostModel,
     probes: list[RequestFeatures],
     observation: Observation = Observation(),
-) -> OnlineClasses:
+) -> OnlineReplay:
     """Class every request of `trace` at its arrival with `model`'s fit then, feeding it the observed
     costs every `interval_s`; after each update, the probes' agreement with `truth`."""
     seconds = observed_costs(trace, deployment, observation)
@@ -135,7 +137,7 @@ def online_levels(
                 updates.append(OnlineUpdate(float(next_update_s), i, agreement(model, truth, probes)))
             next_update_s += model.options.interval_s
         levels[i] = model.assess([requests[i]])[0].level
-    return OnlineClasses(levels, start, updates)
+    return OnlineReplay(levels, start, updates)
 
 
 def _record(request: RequestFeatures, seconds: float, output_tokens: int) -> ProfileRecord:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.cost.classifier import naive_level
-from rps_serve.cost.training import CostModel, TrainingOptions, fit_cost_model
+from rps_serve.cost.model import CostModel, ModalityClasses
+from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.metrics import grouped_metrics, slo_metrics
 from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.profiles.reference import reference_model
@@ -116,14 +116,14 @@ def device_profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRe
 
 def class_levels(trace: Trace, model: CostModel) -> np.ndarray:
     """Class level of every request of `trace`, classified in one batch."""
-    return model.classifier.predict(model.estimator.predict_cost(trace_features(trace)))
+    return model.levels(trace_features(trace))
 
 
 def prepare(config: SimulationConfig) -> SimulationSetup:
     deployment, records = device_profile(config)
     model = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
     trace = config.workload.trace()
-    naive = np.array([naive_level(m) for m in Modality])[trace.modality]
+    naive = class_levels(trace, ModalityClasses())
     return SimulationSetup(deployment, trace, class_levels(trace, model), naive, config.classes)
 
 
@@ -142,7 +142,9 @@ def run_policy(
 ) -> SimOutcome:
     variant = with_chunk_cap(policy_variant(name), setup.deployment)
     if variant.naive_classes:
-        return simulate(setup.trace, setup.naive_levels, len(Modality), variant, setup.deployment, observer)
+        return simulate(
+            setup.trace, setup.naive_levels, ModalityClasses.num_classes, variant, setup.deployment, observer
+        )
     return simulate(setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, observer)
 
 

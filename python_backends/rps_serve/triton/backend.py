@@ -7,7 +7,6 @@ pass it in; nothing here imports it.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -59,16 +58,6 @@ def error_response(pb_utils: Any, request_id: str, message: str, code: str | Non
     known = getattr(pb_utils.TritonError, code, None) if code else None
     error = pb_utils.TritonError(message) if known is None else pb_utils.TritonError(message, known)
     return pb_utils.InferenceResponse(output_tensors=[], error=error)
-
-
-def configure_logging() -> None:
-    """Send the package's logs to the stub's stderr, which Triton writes to its own log."""
-    package = logging.getLogger("rps_serve")
-    if not package.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-        package.addHandler(handler)
-        package.setLevel(logging.INFO)
 
 
 def log_failure(future: Future[Any]) -> None:

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rps_serve.cost import features as cols
-from rps_serve.cost.classifier import naive_level
-from rps_serve.cost.runtime import Assessment, CostModelRunner
-from rps_serve.requests import CostEstimate, Modality, RequestClass, RequestFeatures
+from rps_serve.cost.model import CostModel
+from rps_serve.requests import RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 
@@ -76,55 +73,31 @@ def supplied_class(get: p.TensorGetter) -> ClassInfo | None:
     return ClassInfo(value, num_classes, float(cost[0, cols.PREFILL_S]), supplied=True)
 
 
-class ClassEstimator:
-    """For requests sent straight to vllm_model, which the engine classifies itself: the class the same
-    ONNX models give for the features counted here, for the outputs and the metrics. (The engine counts
-    tokens with vLLM's processor; the two counts agree for the models served here.)"""
+def decide_class(
+    model: CostModel, source: ClassSource, supplied: ClassInfo | None, features: RequestFeatures
+) -> ClassInfo:
+    """The class the engine gets: `supplied` per `source` (see the module docstring), else `model`'s."""
+    if supplied is not None and source is ClassSource.TRUST:
+        return supplied
+    estimated = estimated_class(model, features)
+    if supplied is None or model.refits:
+        return estimated
+    if supplied.num_classes == estimated.num_classes and supplied.level >= estimated.level:
+        return supplied
+    logger.info(
+        "overruled a supplied class %d of %d for a request this model classes %d of %d",
+        supplied.level,
+        supplied.num_classes,
+        estimated.level,
+        estimated.num_classes,
+    )
+    # Supplied, so that the engine gets it rather than re-estimating on its own token count.
+    return replace(estimated, supplied=True)
 
-    def __init__(
-        self,
-        cost_model: CostModelRunner | None,
-        source: ClassSource = ClassSource.VERIFY,
-        online: bool = False,
-    ) -> None:
-        self._model = cost_model
-        self.source = source
-        self.online = online  # `cost_model` is refitted while it serves: its class is the newest
 
-    def decide(self, supplied: ClassInfo | None, features: RequestFeatures) -> ClassInfo:
-        """The class the engine gets: `supplied` per `source` (see the module docstring), else estimated."""
-        if supplied is not None and self.source is ClassSource.TRUST:
-            return supplied
-        estimated = self.estimate(features)
-        if supplied is None or self.online:
-            return estimated
-        if supplied.num_classes == estimated.num_classes and supplied.level >= estimated.level:
-            return supplied
-        logger.info(
-            "overruled a supplied class %d of %d for a request this model classes %d of %d",
-            supplied.level,
-            supplied.num_classes,
-            estimated.level,
-            estimated.num_classes,
-        )
-        # Supplied, so that the engine gets it rather than re-estimating on its own token count.
-        return replace(estimated, supplied=True)
-
-    @property
-    def num_classes(self) -> int:
-        return len(Modality) if self._model is None else self._model.num_classes
-
-    def assess(self, requests: Sequence[RequestFeatures]) -> list[Assessment]:
-        """How this model would class `requests` now (what `rps-serve classify --url` asks). Without a
-        cost model the class is the modality's, the prefill seconds unknown and the KV tokens the
-        prompt's."""
-        if self._model is None:
-            return [
-                Assessment(CostEstimate(math.nan, r.prompt_tokens), naive_level(r.modality)) for r in requests
-            ]
-        return self._model.assess(requests)
-
-    def estimate(self, features: RequestFeatures) -> ClassInfo:
-        verdict = self.assess([features])[0]
-        # The engine classes with the repository's fit: an online fit's class is handed to it.
-        return ClassInfo(verdict.level, self.num_classes, verdict.estimate.prefill_s, supplied=self.online)
+def estimated_class(model: CostModel, features: RequestFeatures) -> ClassInfo:
+    """`model`'s class for a request counted here. The engine classes a request it is not handed a class
+    for with the repository's ONNX files on vLLM's token count (the same count for the models served
+    here), so only a refitted model's class is handed to it."""
+    verdict = model.assess([features])[0]
+    return ClassInfo(verdict.level, model.num_classes, verdict.estimate.prefill_s, supplied=model.refits)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.requests import Modality, RequestFeatures, request_features
 from rps_serve.triton.media import (
     MediaLimits,
     check_image_count,
@@ -22,7 +22,7 @@ from rps_serve.triton.media import (
     image_size,
     video_shape,
 )
-from rps_serve.triton.prompt_tokens import PromptTokenCounter, counted_features
+from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.protocol import CLAIMED_FEATURES, BadRequest, GenerateRequest
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,9 @@ class Preprocessor:
         shape = None if request.video is None else video_shape(request.video, self.limits)
         if claimed is None:
             count = self.counter.count(request.prompt, sizes, shape)
-            features = counted_features(count, len(sizes), shape is not None)
+            features = request_features(
+                len(sizes), int(shape is not None), count.prompt_tokens, count.placeholder_tokens
+            )
         else:
             modality = Modality.heaviest(len(sizes), int(shape is not None))
             features = _checked_claim(

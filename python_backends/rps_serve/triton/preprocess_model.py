@@ -14,20 +14,26 @@ import triton_python_backend_utils as pb_utils
 
 from rps_serve.cost.features import feature_matrix
 from rps_serve.triton import protocol as p
-from rps_serve.triton.backend import configure_logging, error_response, requested_outputs, tensor_getter
+from rps_serve.triton.backend import error_response, requested_outputs, tensor_getter
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.settings import load_settings
+from rps_serve.triton.triton_log import log_to_triton
 
 logger = logging.getLogger(__name__)
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
-        configure_logging()
+        log_to_triton(pb_utils)
         settings = load_settings(Path(args["model_repository"]).parent)
-        self.preprocessor = Preprocessor(PromptTokenCounter(settings.model), settings.media)
+        counter = PromptTokenCounter(settings.model)
+        self.preprocessor = Preprocessor(counter, settings.media)
         logger.info("preprocess: model %s, %s", settings.model, self.preprocessor.limits)
+        processor = counter.processor
+        logger.debug(
+            "preprocess: placeholders %r (image), %r (video)", processor.image_token, processor.video_token
+        )
 
     def execute(self, requests: list[Any]) -> list[Any]:
         return [self._respond(request) for request in requests]

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rps_serve.model_processor import load_processor, placeholder_tokens
-from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.triton.protocol import BadRequest
 
 
@@ -72,11 +71,3 @@ class PromptTokenCounter:
         video_shapes = [] if video_shape is None else [video_shape]
         image_counts, video_counts = placeholder_tokens(self.processor, image_sizes, video_shapes)
         return sum(image_counts) + sum(video_counts)
-
-
-def counted_features(count: TokenCount, images: int, video: bool) -> RequestFeatures:
-    """The cost model's view of a request before vLLM sees it: its heaviest medium and the tokens
-    counted (`vllm_plugin.classify.request_features` is the same view of a vLLM request)."""
-    return RequestFeatures(
-        Modality.heaviest(images, int(video)), count.prompt_tokens, count.placeholder_tokens
-    )

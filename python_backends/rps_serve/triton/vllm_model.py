@@ -39,18 +39,18 @@ import triton_python_backend_utils as pb_utils
 from vllm.exceptions import VLLMClientError
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from rps_serve.cost.model import CostModel
 from rps_serve.cost.online import OnlineCostModel
-from rps_serve.cost.runtime import CostModelRunner, OnnxCostModel
+from rps_serve.cost.runtime import cost_model_at
 from rps_serve.triton import protocol as p
 from rps_serve.triton.backend import (
-    configure_logging,
     error_response,
     log_failure,
     requested_outputs,
     tensor_getter,
 )
 from rps_serve.triton.class_metrics import ClassMetrics
-from rps_serve.triton.classes import ClassEstimator, ClassInfo, supplied_class
+from rps_serve.triton.classes import ClassInfo, decide_class, supplied_class
 from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import engine_stats_logger
 from rps_serve.triton.engine_supervisor import EngineState, EngineSupervisor
@@ -61,6 +61,7 @@ from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_lag
 from rps_serve.triton.settings import FrontEndMode, load_settings
+from rps_serve.triton.triton_log import log_to_triton
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.vllm_plugin.parent_watch import follow_parent
 
@@ -129,19 +130,18 @@ class _Progress:
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
-        configure_logging()
+        log_to_triton(pb_utils)
         if not pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"])):
             raise pb_utils.TritonModelException("vllm_model must be decoupled (model_transaction_policy)")
         settings = load_settings(Path(args["model_repository"]).parent)
         self.preprocessor = Preprocessor(PromptTokenCounter(settings.model), settings.media)
-        cost_model: CostModelRunner | None = None
+        cost_model: CostModel
         if settings.cost_model is not None and settings.cost_model_online.enabled:
             cost_model = OnlineCostModel.from_repository(settings.cost_model, settings.cost_model_online)
             settings = observing_costs(settings)
-        elif settings.cost_model is not None:
-            cost_model = OnnxCostModel.from_repository(settings.cost_model)
-        online = isinstance(cost_model, OnlineCostModel)
-        self.classes = ClassEstimator(cost_model, settings.class_source, online=online)
+        else:
+            cost_model = cost_model_at(settings.cost_model)
+        self.cost_model, self.class_source = cost_model, settings.class_source
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
         self.max_pending = settings.max_pending_requests
         self.pending = 0  # requests between admission and their final response (loop thread only)
@@ -297,7 +297,7 @@ class TritonPythonModel:
     def _assess(self, matrix: np.ndarray, request: Any, sender: Any) -> None:
         """Answer an assessment (`protocol.ASSESS`): how this model would class each row now, with the
         fit in service (the online one, if on); nothing is generated."""
-        verdicts = self.classes.assess(p.parse_assessment(matrix))
+        verdicts = self.cost_model.assess(p.parse_assessment(matrix))
         levels = np.array([v.level for v in verdicts], dtype=np.int64)
         prefill_s = np.array([v.estimate.prefill_s for v in verdicts], dtype=np.float32)
         kv_tokens = np.array([v.estimate.memory_tokens for v in verdicts], dtype=np.int64)
@@ -305,7 +305,7 @@ class TritonPythonModel:
             p.ASSESSED_LEVEL: lambda: levels,
             p.ASSESSED_PREFILL_S: lambda: prefill_s,
             p.ASSESSED_KV_TOKENS: lambda: kv_tokens,
-            p.NUM_CLASSES: lambda: np.array([self.classes.num_classes], dtype=np.int64),
+            p.NUM_CLASSES: lambda: np.array([self.cost_model.num_classes], dtype=np.int64),
         }
         wanted = frozenset(request.requested_output_names())
         response = pb_utils.InferenceResponse(output_tensors=requested_outputs(pb_utils, wanted, outputs))
@@ -322,7 +322,7 @@ class TritonPythonModel:
         features = await asyncio.get_running_loop().run_in_executor(
             self.inspector, self.preprocessor.inspect, parsed, p.claimed_features(get)
         )
-        info = self.classes.decide(supplied_class(get), features)
+        info = decide_class(self.cost_model, self.class_source, supplied_class(get), features)
         params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)
         priority = self.policy.request_priority(info.level, features.modality)
         request_id = f"{request.request_id() or 'triton'}-{uuid.uuid4().hex}"

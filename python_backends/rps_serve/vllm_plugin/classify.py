@@ -6,24 +6,22 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rps_serve.cost.classifier import naive_level
-from rps_serve.cost.runtime import OnnxCostModel
-from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.cost import features as cols
+from rps_serve.cost.model import CostModel
+from rps_serve.cost.runtime import cost_model_at
+from rps_serve.requests import RequestFeatures, request_features
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY, RPSConfig
 
 logger = logging.getLogger(__name__)
 
-NAIVE_LEVELS = len(Modality)
 
-
-def request_features(request: Any) -> RequestFeatures:
-    """Features of a vLLM `Request`: the heaviest media type it carries, prompt and placeholder tokens."""
+def engine_request_features(request: Any) -> RequestFeatures:
+    """`request_features` of a vLLM `Request`, from the media vLLM holds for it and the tokens it counted."""
     modalities = [feature.modality for feature in request.mm_features]
-    modality = Modality.heaviest(modalities.count("image"), modalities.count("video"))
     placeholders = sum(feature.mm_position.length for feature in request.mm_features)
-    return RequestFeatures(modality, request.num_prompt_tokens, min(placeholders, request.num_prompt_tokens))
+    return request_features(
+        modalities.count("image"), modalities.count("video"), request.num_prompt_tokens, placeholders
+    )
 
 
 def supplied_level(request: Any, num_levels: int) -> int | None:
@@ -44,39 +42,15 @@ def supplied_level(request: Any, num_levels: int) -> int | None:
     return level
 
 
-class ClassLabeler:
-    """Class levels from request features: the ONNX cost model when given, otherwise the modality."""
-
-    def __init__(self, cost_model: Path | None) -> None:
-        self._model = OnnxCostModel.from_repository(cost_model) if cost_model else None
-        self.num_levels = self._model.num_classes if self._model else NAIVE_LEVELS
-        self.kind = "ONNX cost model" if self._model else "modality (naive)"
-
-    def levels(self, modality: np.ndarray, prompt_tokens: np.ndarray, visual: np.ndarray) -> np.ndarray:
-        """Levels of requests given as parallel arrays: `Modality.index`, prompt and placeholder tokens."""
-        if self._model is None:
-            return np.array([naive_level(Modality.from_index(int(m))) for m in modality], dtype=np.int64)
-        features = np.column_stack([modality, prompt_tokens, visual]).astype(np.float32)
-        return self._model.classify(self._model.cost(features))
+def engine_cost_model(config: RPSConfig) -> CostModel:
+    """The cost model the engine classes with: the repository's ONNX files, or (without them, or with
+    `naive` set) the modality's classes."""
+    return cost_model_at(Path(config.cost_model) if config.cost_model and not config.naive else None)
 
 
-class EngineClassifier:
-    """Maps a vLLM request to its class level; the caller's class wins over the engine's estimate."""
-
-    def __init__(self, config: RPSConfig) -> None:
-        cost_model = Path(config.cost_model) if config.cost_model and not config.naive else None
-        self._labeler = ClassLabeler(cost_model)
-        self.num_levels = self._labeler.num_levels
-        self.kind = self._labeler.kind
-
-    def level(self, request: Any) -> int:
-        supplied = supplied_level(request, self.num_levels)
-        if supplied is not None:
-            return supplied
-        features = request_features(request)
-        levels = self._labeler.levels(
-            np.array([features.modality.index]),
-            np.array([features.prompt_tokens]),
-            np.array([features.modality_tokens]),
-        )
-        return int(levels[0])
+def engine_level(model: CostModel, request: Any) -> int:
+    """A vLLM request's class level: the caller's, if it supplied one that fits, else `model`'s."""
+    supplied = supplied_level(request, model.num_classes)
+    if supplied is not None:
+        return supplied
+    return int(model.levels(cols.feature_matrix([engine_request_features(request)]))[0])

@@ -44,7 +44,7 @@ from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
-from rps_serve.vllm_plugin.classify import EngineClassifier, request_features
+from rps_serve.vllm_plugin.classify import engine_cost_model, engine_level, engine_request_features
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.parent_watch import watch_parent
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
@@ -84,11 +84,11 @@ class _RPSMixin(Scheduler):
         super().__init__(*args, **kwargs)
         watch_parent()  # no orphaned engine: it ends with the process that started it
         self.rps = RPSConfig.from_additional_config(self.vllm_config.additional_config)
-        self.classifier = EngineClassifier(self.rps)
+        self.cost_model = engine_cost_model(self.rps)
         self.time_scale = self.rps.aging_time_scale or (
             aging_time_scale(Path(self.rps.cost_model)) if self.rps.cost_model else 1.0
         )
-        ladder = in_time_units(class_ladder(self.classifier.num_levels), self.time_scale)
+        ladder = in_time_units(class_ladder(self.cost_model.num_classes), self.time_scale)
         regulator = PriorityRegulator(self.rps.policy, ladder)
         if self.waiting:
             raise RuntimeError("the RPS scheduler must replace the waiting queue before requests arrive")
@@ -111,13 +111,13 @@ class _RPSMixin(Scheduler):
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
             self.rps.policy.value,
-            self.classifier.num_levels,
-            self.classifier.kind,
+            self.cost_model.num_classes,
+            type(self.cost_model).__name__,
             self.time_scale,
         )
 
     def _classify(self, request: Request) -> int:
-        level = self.classifier.level(request)
+        level = engine_level(self.cost_model, request)
         request.priority = level
         return level
 
@@ -153,7 +153,7 @@ class _RPSMixin(Scheduler):
             if prompt:
                 prefill[request_id] = prompt
                 if before + prompt >= request.num_prompt_tokens:
-                    completed[request_id] = request_features(request)
+                    completed[request_id] = engine_request_features(request)
         return StepWork(prefill, decode, completed)
 
     def _schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:

@@ -20,7 +20,7 @@ import numpy as np
 from rps_serve.model_processor import load_processor, placeholder_tokens
 from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.requests import Modality
-from rps_serve.vllm_plugin.classify import request_features
+from rps_serve.vllm_plugin.classify import engine_request_features
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
 from rps_serve.workload.request_format import MediaShape, RequestFormat
@@ -145,7 +145,7 @@ class IsolatedProfiler:
         self._timer.seconds = 0.0
         # Isolated: the request is the only one the engine core holds.
         (request,) = self._scheduler.requests.values()
-        features = request_features(request)
+        features = engine_request_features(request)
         first_step_s: float | None = None
         encoder_s = 0.0
         output_tokens = 0

@@ -10,7 +10,7 @@ from typing import Any
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.vllm_plugin.classify import request_features
+from rps_serve.vllm_plugin.classify import engine_request_features
 from tests.e2e.engine.conftest import make_engine, scheduler_of
 
 REQUESTS = {
@@ -31,7 +31,7 @@ def test_every_prefill_is_recorded_once_with_its_share_of_the_steps(
     for request_id, (modality, words) in REQUESTS.items():
         driver.submit(request_id, modality, words=words, max_tokens=16)
     scheduler = scheduler_of(engine)
-    expected = {request_features(r) for r in scheduler.requests.values()}
+    expected = {engine_request_features(r) for r in scheduler.requests.values()}
     started = time.perf_counter()
     driver.run()
     elapsed = time.perf_counter() - started

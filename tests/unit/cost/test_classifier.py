@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rps_serve.cost import features as cols
-from rps_serve.cost.classifier import MemoryFeature, RequestClassifier, naive_level
+from rps_serve.cost.classifier import MemoryFeature, RequestClassifier
 from rps_serve.cost.estimator import ImpactEstimator
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.requests import Modality, RequestClass
@@ -57,7 +57,3 @@ def test_memory_feature_variant_uses_modality_tokens(reference_records: list[Pro
 def test_class_count_outside_range_is_rejected(reference_records: list[ProfileRecord]) -> None:
     with pytest.raises(ValueError, match=r"num_classes must be in 2\.\.5"):
         RequestClassifier(6).fit(_cost(reference_records))
-
-
-def test_naive_classifier_maps_modality_to_class() -> None:
-    assert [naive_level(m) for m in Modality] == [RequestClass.SAND, RequestClass.PEBBLES, RequestClass.ROCKS]

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rps_serve.cost.model import agreement
 from rps_serve.cost.online import OnlineCostModel, OnlineOptions
-from rps_serve.cost.runtime import agreement
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.synthetic import with_slower_images

@@ -11,7 +11,7 @@ import pytest
 from rps_serve.cost import features as cols
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.requests import Modality, RequestFeatures
-from rps_serve.triton.classes import ClassEstimator, ClassInfo, ClassSource, supplied_class
+from rps_serve.triton.classes import ClassInfo, ClassSource, decide_class, estimated_class, supplied_class
 
 VIDEO = RequestFeatures(Modality.VIDEO, 6300, 6272)
 
@@ -33,18 +33,17 @@ def _claim(level: int, num_classes: int = 3) -> ClassInfo:
 
 
 def test_verify_overrules_a_lighter_claim_and_keeps_a_heavier_one(cost_model: OnnxCostModel) -> None:
-    classes = ClassEstimator(cost_model, ClassSource.VERIFY)
-    own = classes.estimate(VIDEO)
+    own = estimated_class(cost_model, VIDEO)
     assert own.level > 0  # the premise: a long video is not the lightest class
-    lighter = classes.decide(_claim(0), VIDEO)
+    lighter = decide_class(cost_model, ClassSource.VERIFY, _claim(0), VIDEO)
     assert lighter.level == own.level and lighter.supplied  # the engine gets the server's class
-    heavier = classes.decide(_claim(cost_model.num_classes - 1), VIDEO)
+    heavier = decide_class(cost_model, ClassSource.VERIFY, _claim(cost_model.num_classes - 1), VIDEO)
     assert heavier.level == cost_model.num_classes - 1
-    assert classes.decide(None, VIDEO) == own
+    assert decide_class(cost_model, ClassSource.VERIFY, None, VIDEO) == own
     # A claim with another number of classes cannot be compared: the server's own class stands.
-    assert classes.decide(_claim(0, num_classes=2), VIDEO).level == own.level
+    assert decide_class(cost_model, ClassSource.VERIFY, _claim(0, num_classes=2), VIDEO).level == own.level
 
 
 def test_trust_takes_the_claim_as_given(cost_model: OnnxCostModel) -> None:
     claim = _claim(0)
-    assert ClassEstimator(cost_model, ClassSource.TRUST).decide(claim, VIDEO) == claim
+    assert decide_class(cost_model, ClassSource.TRUST, claim, VIDEO) == claim

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rps_serve.cost.model import ModalityClasses
 from rps_serve.engine_ab.async_llm_replay import build_requests as engine_requests
 from rps_serve.loadtest.replay import build_requests as triton_requests
 from rps_serve.requests import Modality
-from rps_serve.vllm_plugin.classify import ClassLabeler
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
 from rps_serve.workload.request_format import RequestFormat
@@ -77,7 +77,7 @@ def test_both_replays_send_the_same_content(trace: Trace, qwen_format: RequestFo
     small = Trace(*(column[rows][:12] for column in columns))
     limits = ContentLimits(max_text_tokens=300, max_output_tokens=16)
     over_triton = triton_requests(small, qwen_format, limits, seed=5)
-    in_engine = engine_requests(small, qwen_format, ClassLabeler(None), limits, seed=5)
+    in_engine = engine_requests(small, qwen_format, ModalityClasses(), limits, seed=5)
     assert [g.prompt for g in over_triton] == [r.prompt["prompt"] for r in in_engine]
     assert [g.sampling_parameters["max_tokens"] for g in over_triton] == [r.max_tokens for r in in_engine]
     assert [len(g.images) for g in over_triton] == [
