@@ -73,17 +73,13 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rps_serve.loadtest.demo import (
-        DemoConfig,
+    from rps_serve.loadtest.demo import DemoConfig, run_demo
+    from rps_serve.loadtest.demo_report import fit_lines, machine_speed_lines, save_results, target_lines
+    from rps_serve.loadtest.tables import (
         engine_table,
-        fit_lines,
-        machine_speed_lines,
         process_table,
         ratio_table,
-        run_demo,
         run_stage_table,
-        save_results,
-        target_lines,
         token_parts_table,
         ttft_table,
     )
