@@ -129,9 +129,9 @@ vllm-upstream-tests: setup $(VENV_NEXT)/.installed
 	VENV=$(VENV_NEXT) VLLM_VERSION=$(VLLM_NEXT) tools/vllm_upstream_tests.sh --rps
 	VLLM_TARGET_DEVICE=cpu $(VENV_NEXT)/bin/python -m pytest -q tests/unit/vllm_plugin/test_scheduler_contract.py
 
-# The unit tier only: no tritonserver, no vLLM engine.
+# The unit tier less its slow tests (docs/testing.md): no tritonserver, no vLLM engine, under a minute.
 test-fast: setup
-	$(BIN)/pytest -m "not e2e" -q
+	$(BIN)/pytest -m "not e2e and not slow" -q tests/unit tests/deploy
 
 # Micro-benchmarks of the policy core, the cost model and the simulator (`rps-serve bench` is the load test).
 microbench: setup
