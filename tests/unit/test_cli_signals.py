@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import signal, time
 from rps_serve import cli
@@ -18,6 +20,7 @@ finally:
 """
 
 
+@pytest.mark.slow
 def test_sigterm_runs_the_clean_up() -> None:
     process = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None

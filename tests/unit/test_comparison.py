@@ -295,6 +295,7 @@ def _coverage(seeds: int, backlog_odds: float, metric: Metric) -> tuple[float, l
     return held / EXPERIMENTS, ratios
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds", [3, 6, 12])
 @pytest.mark.parametrize("backlog_odds", [0.0, 0.25])
 @pytest.mark.parametrize("metric", [TEXT_P90, TPOT_MEAN], ids=["text-P90", "TPOT-mean"])

@@ -36,6 +36,7 @@ def test_auto_takes_as_many_cores_as_a_served_worker_from_the_end(monkeypatch: p
     assert profiling_cores() == (cores[-1],)  # a worker computes somewhere
 
 
+@pytest.mark.slow
 @needs_two_cores
 def test_a_process_computes_on_the_cores_it_is_given_with_a_thread_each() -> None:
     """In a child process: pinning the test runner would pin the rest of the tests."""

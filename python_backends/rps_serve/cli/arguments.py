@@ -1,4 +1,5 @@
-"""Arguments several commands share, declared once: the workload, the local server, policy lists."""
+"""Arguments several commands share, declared once: the workload and policy lists (the local
+server's: `local_stack`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rps_serve.client import Tally
 from rps_serve.cost.runtime import REPORT_FILE
-from rps_serve.local.checkout import REPOSITORY
 from rps_serve.workload.mixes import MIXES
 from rps_serve.workload.shapes import ISOLATION, SHAPES
 from rps_serve.workload.source import DEFAULT_MIX, SyntheticWorkload, TraceFile, Workload
+
+if TYPE_CHECKING:
+    from rps_serve.client import Tally
 
 _SYNTHETIC = ("mix", "rate", "requests", "burst_cv", "shapes")
 
@@ -76,30 +79,6 @@ def workload(args: argparse.Namespace, default_shapes: str = ISOLATION) -> Workl
         burst_cv=args.burst_cv,
         shapes=args.shapes or default_shapes,
     )
-
-
-def add_local_server_arguments(
-    parser: argparse.ArgumentParser, default_model: str = "the tiny model, built if missing"
-) -> None:
-    """What `repository_and_model` reads: the repository to serve and the model to run."""
-    parser.add_argument("--repository", type=Path, metavar="DIR", default=REPOSITORY, help="model repository")
-    parser.add_argument(
-        "--model", type=Path, metavar="DIR", help=f"model directory (default: {default_model})"
-    )
-
-
-def repository_and_model(args: argparse.Namespace) -> Path:
-    """The model a local server runs (`--model`, else the tiny model, built if missing), with the
-    repository's cost models made for it if they are missing (`local.repository.ensure_cost_models`)."""
-    from rps_serve.local.checkout import TINY_MODEL
-    from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
-
-    model = Path(args.model) if args.model is not None else TINY_MODEL
-    if args.model is None:
-        ensure_tiny_model(TINY_MODEL)
-    if source := ensure_cost_models(args.repository, model):
-        print(f"trained the cost models into {args.repository} on {source}")
-    return model
 
 
 def add_policies_argument(parser: argparse.ArgumentParser, default: str, choices: Sequence[str]) -> None:

@@ -43,8 +43,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rps_serve.loadtest.demo import stage_table, ttft_table
     from rps_serve.loadtest.load import BenchConfig, run_bench
+    from rps_serve.loadtest.tables import stage_table, ttft_table
     from rps_serve.local.checkout import TINY_MODEL
 
     config = BenchConfig(

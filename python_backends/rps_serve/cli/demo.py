@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.cli.arguments import (
-    add_local_server_arguments,
     add_mix_argument,
     add_policies_argument,
     cost_model_source,
     lost_exit_code,
     names,
     policies,
-    repository_and_model,
 )
+from rps_serve.cli.local_stack import add_local_server_arguments, repository_and_model
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.workload.source import DEFAULT_MIX
 
@@ -73,17 +72,13 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rps_serve.loadtest.demo import (
-        DemoConfig,
+    from rps_serve.loadtest.demo import DemoConfig, run_demo
+    from rps_serve.loadtest.demo_report import fit_lines, machine_speed_lines, save_results, target_lines
+    from rps_serve.loadtest.tables import (
         engine_table,
-        fit_lines,
-        machine_speed_lines,
         process_table,
         ratio_table,
-        run_demo,
         run_stage_table,
-        save_results,
-        target_lines,
         token_parts_table,
         ttft_table,
     )

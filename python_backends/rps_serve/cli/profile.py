@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rps_serve.cli.arguments import add_local_server_arguments
+from rps_serve.cli.local_stack import add_local_server_arguments
 from rps_serve.profiles.records import read_records
 
 

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rps_serve.cli.arguments import add_local_server_arguments, add_mix_argument, repository_and_model
+from rps_serve.cli.arguments import add_mix_argument
+from rps_serve.cli.local_stack import add_local_server_arguments, repository_and_model
 from rps_serve.workload.source import DEFAULT_MIX
 
 

@@ -65,7 +65,7 @@ def machine() -> dict[str, Any]:
 def claim_record(
     summary: Mapping[str, Any], candidate: str, command: Sequence[str] = tuple(sys.argv)
 ) -> dict[str, Any]:
-    """The record of one comparison from its `demo.json` summary (`loadtest.demo.results_json`)."""
+    """The record of one comparison from its `demo.json` summary (`loadtest.demo_report.results_json`)."""
     config = summary["config"]
     return {
         "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

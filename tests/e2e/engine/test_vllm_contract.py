@@ -1,10 +1,11 @@
 """What the plug-in relies on inside vLLM's (non-public) scheduler and engine, on the installed vLLM with
 a real engine. A vLLM upgrade that changes any of it must fail here, before it misbehaves in production.
 
-How the scheduler loop uses the waiting queue, `self.running`, the slot limits, the prefill threshold and
-`_preempt_request` is exercised, not read, by tests/vllm_upstream/rps_contract.py and vLLM's own scheduler
-tests run against the RPS classes (`make vllm-upstream-tests`, on vLLM 0.32 and 0.33). What stays here
-as a reading of the source is the AsyncLLM path of rendered inputs, which needs a whole engine."""
+How the scheduler loop uses the waiting queue, `self.running`, the slot limits, the prefill threshold
+and `_preempt_request` is exercised, not read, by tests/unit/vllm_plugin/test_scheduler_contract.py and
+vLLM's own scheduler tests run against the RPS classes (`make vllm-upstream-tests`, on vLLM 0.32 and
+0.33). What stays here as a reading of the source is the AsyncLLM path of rendered inputs, which needs a
+whole engine."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from rps_serve.requests import Modality
 SLOW_IMAGES = 20.0  # the served device: its vision encoder 20 times slower than the reference's
 
 
+@pytest.mark.slow
 def test_a_wrong_fit_converges_to_the_served_devices_classes(
     trained_repository: Path, reference_records: list[ProfileRecord]
 ) -> None:
@@ -54,6 +55,7 @@ def test_one_update_moves_a_line_at_most_by_its_bound(
         assert 1.0 < ratio <= options.max_step + 1e-9
 
 
+@pytest.mark.slow
 def test_one_outlier_cannot_move_a_class_boundary(
     trained_repository: Path, reference_records: list[ProfileRecord]
 ) -> None:
@@ -72,6 +74,7 @@ def test_one_outlier_cannot_move_a_class_boundary(
     assert [v.level for v in online.assess(probes)] == before
 
 
+@pytest.mark.slow
 def test_a_served_mix_of_one_modality_leaves_the_classes_where_they_were(
     trained_repository: Path, reference_records: list[ProfileRecord]
 ) -> None:

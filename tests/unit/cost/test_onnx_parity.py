@@ -24,6 +24,7 @@ def _random_features(rng: np.random.Generator) -> np.ndarray:
     return np.column_stack([modality, prompt, visual]).astype(np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "options",
     [

@@ -57,6 +57,7 @@ def test_classify_rejects_malformed_request(trained_repository: Path) -> None:
         main(["classify", "--repository", str(trained_repository), "image:10:20"])
 
 
+@pytest.mark.slow
 def test_the_aging_clock_is_the_served_models_speed_against_the_reference(
     tmp_path: Path, reference_records: list[ProfileRecord]
 ) -> None:

@@ -17,6 +17,7 @@ from rps_serve.triton import protocol as p
 from rps_serve.workload.request_format import MediaShape
 
 
+@pytest.mark.slow
 def test_cli_writes_one_valid_file_per_modality(tmp_path: Path, tiny_qwen: Path) -> None:
     out = tmp_path / "inputs"
     model = str(tiny_qwen)

@@ -14,22 +14,12 @@ from rps_serve.client import Tally
 from rps_serve.comparison import ratio_rows
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.demo import (
-    DemoConfig,
-    LoadRuns,
-    PolicyRun,
-    fit_lines,
-    machine_speed_lines,
-    ratio_table,
-    run_order,
-    run_plan,
-    server_environment,
-    target_lines,
-    wait_lines,
-)
+from rps_serve.loadtest.demo import DemoConfig, LoadRuns, PolicyRun, run_order, run_plan, server_environment
+from rps_serve.loadtest.demo_report import fit_lines, machine_speed_lines, target_lines, wait_lines
 from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.server_stats import ServedFit
 from rps_serve.loadtest.stages import pooled_stages
+from rps_serve.loadtest.tables import ratio_table
 from rps_serve.local.repository import train_reference_cost_models
 from rps_serve.metrics import RequestRecords
 from rps_serve.profiles.reference import PrefillLine

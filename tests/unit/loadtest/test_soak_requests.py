@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from itertools import islice
 
+import pytest
+
 from rps_serve.client import Generation
 from rps_serve.loadtest.capacity import request_stream
 from rps_serve.loadtest.soak import SOAK_CONTENT
@@ -19,6 +21,7 @@ def _shape(generation: Generation) -> tuple[int, bool, int, int]:
     )
 
 
+@pytest.mark.slow
 def test_cycles_repeat_the_work_with_fresh_content(qwen_format: RequestFormat) -> None:
     n = 300  # more than one batch of the trace
     first = list(

@@ -131,8 +131,9 @@ def test_sand_evicts_a_rock_under_rps_but_waits_under_fcfs() -> None:
 
 def test_waiting_sand_evicts_one_rock_a_step_as_the_plug_in_does() -> None:
     # Two rocks fill a 1,024-token cache when two sand requests arrive that fit only once a rock is
-    # gone: the head of the queue evicts one rock a step (tests/vllm_upstream/rps_contract.py holds
-    # the plug-in to the same scenario), never the second sand a second rock in the same step.
+    # gone: the head of the queue evicts one rock a step (tests/unit/vllm_plugin/
+    # test_scheduler_contract.py holds the plug-in to the same scenario), never the second sand a
+    # second rock in the same step.
     work = _work([0.0, 0.0, 0.05, 0.05], [400, 400, 400, 400], [60, 60, 2, 2], [2, 2, 0, 0])
     steps: list[StepRecord] = []
     result = _engine(work, Policy.RPS, EngineConfig(kv_capacity_tokens=1024), steps=steps).run()

@@ -115,6 +115,7 @@ def test_profile_round_trips_and_class_aware_policies_get_the_plug_ins_chunk_cap
         MeasuredProfile.from_json({"format": "something else"})
 
 
+@pytest.mark.slow
 def test_simulate_replays_a_trace_file_on_a_measured_profile(tmp_path: Path) -> None:
     profile_file = tmp_path / "measured.json"
     profile_file.write_text(json.dumps(_profile({m: 0.02 for m in Modality}).to_json()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from rps_serve.cost.online import OnlineCostModel, OnlineOptions
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
@@ -17,6 +18,7 @@ from rps_serve.sim.timing import fit_lines
 from rps_serve.workload.source import SyntheticWorkload
 
 
+@pytest.mark.slow
 def test_the_classes_converge_to_the_devices_own_fit() -> None:
     workload = SyntheticWorkload("mixed-iii", 1.0, 1200, seed=0)
     deployment, records = device_profile(

@@ -16,6 +16,9 @@ from rps_serve.sim.run import SimulationConfig, default_shapes, device_profile, 
 from rps_serve.workload.source import SyntheticWorkload
 from rps_serve.workload.trace import read_trace
 
+# `rps-serve simulate` end to end: seconds a test (`make test-fast` leaves them out).
+pytestmark = pytest.mark.slow
+
 STATS = {"mean", "p50", "p90", "p95", "p99"}
 METRICS = {"ttft", "tpot", "e2e", "norm_latency"}
 

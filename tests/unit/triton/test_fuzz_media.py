@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rps_serve.triton.media import MediaLimits, decode_image, decode_images, decode_video
 from rps_serve.triton.protocol import BadRequest, parse_request
 from tests.fuzzing import INPUT_NAMES, any_tensor, fuzz_settings, image_bytes, video_bytes
+
+# Hundreds of generated inputs: seconds a test (`make test-fast` leaves them out).
+pytestmark = pytest.mark.slow
 
 LIMITS = MediaLimits(
     max_images=2, max_image_pixels=64 * 64, max_video_pixels=32 * 32, max_video_frames=40, video_frames=4

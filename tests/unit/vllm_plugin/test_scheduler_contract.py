@@ -1,9 +1,9 @@
 """What the RPS plug-in relies on inside vLLM's scheduler, exercised through the scheduler itself.
 
-Run with vLLM's own test helpers (`tests/v1/core/utils.py` of the installed release's source
-distribution) by tools/vllm_upstream_tests.sh, so on every vLLM release that script is given: a
-scheduler without a model, as vLLM's scheduler tests build it, driven step by step. Each check fails
-if the internal it names stops behaving as the plug-in assumes:
+A scheduler without a model, as vLLM's own scheduler tests build it (`model_free`, from the installed
+vllm package: no source tree, no engine), driven step by step. `make vllm-upstream-tests` runs these
+on the other supported release too. Each check fails if the internal it names stops behaving as the
+plug-in assumes:
 - `self.waiting` is ours: every queue call vLLM makes through a request's life lands in it;
 - `schedule()` reads `self.running` and the slot limits afresh at each call (a prefill set aside);
 - `scheduler_config.long_prefill_token_threshold` is read at each call (the chunk cap);
@@ -16,6 +16,8 @@ request).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY, RPSConfig
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
 from rps_serve.vllm_plugin.scheduler import RPSAsyncScheduler, RPSScheduler
-from tests.v1.core.utils import create_requests, create_scheduler
+from tests.unit.vllm_plugin.model_free import create_request, create_scheduler, write_opt_model
 
 SAND, ROCK = 0, 2
 NUM_CLASSES = 3  # the modality classifier's: text, image, video
@@ -37,24 +39,36 @@ ROCK_BLOCKS = 12
 pytestmark = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 
 
-def _rps_scheduler(
-    async_scheduling: bool, max_num_seqs: int = 16, num_blocks: int = 10000, **settings: Any
-) -> Any:
-    """A scheduler of vLLM's test helpers, built as our class with `settings` as its RPS config."""
+Build = Callable[..., Any]
+
+
+@pytest.fixture(scope="module")
+def opt_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_opt_model(tmp_path_factory.mktemp("hub"))
+
+
+@pytest.fixture()
+def build(opt_model: Path, async_scheduling: bool) -> Build:
+    """`build(max_num_seqs=16, num_blocks=10000, **settings)`: a scheduler without a model, of our sync
+    or async class, with `settings` as its RPS config."""
     cls = RPSAsyncScheduler if async_scheduling else RPSScheduler
 
-    def build(*, vllm_config: Any, **kwargs: Any) -> Any:
-        vllm_config.additional_config = RPSConfig(**settings).to_additional_config()
-        return cls(vllm_config=vllm_config, **kwargs)
+    def scheduler(max_num_seqs: int = 16, num_blocks: int = 10000, **settings: Any) -> Any:
+        def rps(*, vllm_config: Any, **kwargs: Any) -> Any:
+            vllm_config.additional_config = RPSConfig(**settings).to_additional_config()
+            return cls(vllm_config=vllm_config, **kwargs)
 
-    return create_scheduler(
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=256,
-        num_blocks=num_blocks,
-        block_size=BLOCK_SIZE,
-        async_scheduling=async_scheduling,
-        scheduler_cls=build,
-    )
+        return create_scheduler(
+            opt_model,
+            rps,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=256,
+            num_blocks=num_blocks,
+            block_size=BLOCK_SIZE,
+            async_scheduling=async_scheduling,
+        )
+
+    return scheduler
 
 
 def _request(
@@ -62,10 +76,8 @@ def _request(
 ) -> Request:
     """A request whose caller supplies its class, as the Triton ensemble does; with `image_tokens`,
     an image's placeholders at the start of its prompt (its prefill then runs the encoder)."""
-    positions = [[PlaceholderRange(offset=0, length=image_tokens)]] if image_tokens else None
-    (request,) = create_requests(
-        1, num_tokens=tokens, max_tokens=max_tokens, req_ids=[request_id], mm_positions=positions
-    )
+    positions = [PlaceholderRange(offset=0, length=image_tokens)] if image_tokens else None
+    request = create_request(request_id, tokens, max_tokens, positions)
     request.sampling_params.extra_args = {EXTRA_ARGS_KEY: {"class_level": level, "num_classes": NUM_CLASSES}}
     return request
 
@@ -90,8 +102,8 @@ def _feed(scheduler: Any, output: Any) -> None:
     )
 
 
-def test_every_waiting_queue_call_lands_in_the_class_queue(async_scheduling: bool) -> None:
-    scheduler = _rps_scheduler(async_scheduling)
+def test_every_waiting_queue_call_lands_in_the_class_queue(build: Build) -> None:
+    scheduler = build()
     assert isinstance(scheduler.waiting, ClassRequestQueue)
     rock, sand = _request("rock", ROCK, 100), _request("sand", SAND, 20)
     scheduler.add_request(rock)
@@ -108,10 +120,10 @@ def test_every_waiting_queue_call_lands_in_the_class_queue(async_scheduling: boo
     assert not scheduler.waiting and scheduler.get_num_unfinished_requests() == 1
 
 
-def test_a_prefill_set_aside_sits_out_one_step(async_scheduling: bool) -> None:
+def test_a_prefill_set_aside_sits_out_one_step(build: Build) -> None:
     """With `yield_prefills`, a rock part-way through its prefill leaves the step to sand that
     outranks it: `schedule()` must read `self.running` and the slot limits at each call."""
-    scheduler = _rps_scheduler(async_scheduling, yield_prefills=True)
+    scheduler = build(yield_prefills=True)
     scheduler.add_request(_request("rock", ROCK, 2000))
     first = scheduler.schedule()
     assert first.num_scheduled_tokens == {"rock": 256}
@@ -124,9 +136,9 @@ def test_a_prefill_set_aside_sits_out_one_step(async_scheduling: bool) -> None:
     assert "rock" in scheduler.schedule().num_scheduled_tokens
 
 
-def test_the_prefill_threshold_is_read_at_every_step(async_scheduling: bool) -> None:
+def test_the_prefill_threshold_is_read_at_every_step(build: Build) -> None:
     """With `chunk_cap_tokens`, the rock's chunk is capped while sand waits behind it."""
-    scheduler = _rps_scheduler(async_scheduling, chunk_cap_tokens=64)
+    scheduler = build(chunk_cap_tokens=64)
     scheduler.add_request(_request("rock", ROCK, 2000))
     first = scheduler.schedule()
     assert first.num_scheduled_tokens == {"rock": 256}
@@ -136,9 +148,9 @@ def test_the_prefill_threshold_is_read_at_every_step(async_scheduling: bool) -> 
     assert scheduler.scheduler_config.long_prefill_token_threshold == 0  # restored after the step
 
 
-def test_a_request_held_out_of_the_queue_starts_after_the_hold(async_scheduling: bool) -> None:
+def test_a_request_held_out_of_the_queue_starts_after_the_hold(build: Build) -> None:
     """With `decode_hold_s`, a rock arriving while sand decodes waits for that sand to finish."""
-    scheduler = _rps_scheduler(async_scheduling, decode_hold_s=60.0, aging_time_scale=1.0)
+    scheduler = build(decode_hold_s=60.0, aging_time_scale=1.0)
     scheduler.add_request(_request("sand", SAND, 20, max_tokens=100))
     _feed(scheduler, scheduler.schedule())
     scheduler.add_request(_request("rock", ROCK, 100))
@@ -151,11 +163,9 @@ def test_a_request_held_out_of_the_queue_starts_after_the_hold(async_scheduling:
     assert set(scheduler.schedule().num_scheduled_tokens) == {"rock"}
 
 
-def test_with_media_only_holds_a_text_rock_starts_at_once(async_scheduling: bool) -> None:
+def test_with_media_only_holds_a_text_rock_starts_at_once(build: Build) -> None:
     """`decode_hold_media_only`: a heavy request without encoder inputs is not held; one with is."""
-    scheduler = _rps_scheduler(
-        async_scheduling, decode_hold_s=60.0, decode_hold_media_only=True, aging_time_scale=1.0
-    )
+    scheduler = build(decode_hold_s=60.0, decode_hold_media_only=True, aging_time_scale=1.0)
     scheduler.add_request(_request("sand", SAND, 20, max_tokens=100))
     _feed(scheduler, scheduler.schedule())
     scheduler.add_request(_request("image rock", ROCK, 100, image_tokens=64))
@@ -169,18 +179,17 @@ def test_with_media_only_holds_a_text_rock_starts_at_once(async_scheduling: bool
 # The plug-in's own decisions, on the same scheduler without a model.
 
 
-def test_sand_takes_the_one_free_slot_before_an_earlier_rock(async_scheduling: bool) -> None:
+def test_sand_takes_the_one_free_slot_before_an_earlier_rock(build: Build) -> None:
     for policy, first in ((Policy.RPS, "sand"), (Policy.FCFS, "rock")):
-        scheduler = _rps_scheduler(async_scheduling, policy=policy, max_num_seqs=1, aging_time_scale=1.0)
+        scheduler = build(policy=policy, max_num_seqs=1, aging_time_scale=1.0)
         scheduler.add_request(_request("rock", ROCK, 100))
         scheduler.add_request(_request("sand", SAND, 20))
         assert set(scheduler.schedule().num_scheduled_tokens) == {first}, policy
 
 
-def _kv_bound_scheduler(async_scheduling: bool, policy: Policy, max_preemptions: int = 1) -> Any:
+def _kv_bound_scheduler(build: Build, policy: Policy, max_preemptions: int = 1) -> Any:
     """A rock decoding in a KV cache with no room left for the sand that arrives next."""
-    scheduler = _rps_scheduler(
-        async_scheduling,
+    scheduler = build(
         policy=policy,
         num_blocks=ROCK_BLOCKS + 2,  # the rock's blocks, one null block, one to spare
         max_preemptions=max_preemptions,
@@ -192,19 +201,18 @@ def _kv_bound_scheduler(async_scheduling: bool, policy: Policy, max_preemptions:
     return scheduler
 
 
-def test_under_kv_pressure_waiting_sand_evicts_a_running_rock(async_scheduling: bool) -> None:
-    scheduler = _kv_bound_scheduler(async_scheduling, Policy.RPS)
+def test_under_kv_pressure_waiting_sand_evicts_a_running_rock(build: Build) -> None:
+    scheduler = _kv_bound_scheduler(build, Policy.RPS)
     step = scheduler.schedule()
     assert "sand" in step.num_scheduled_tokens and "rock" not in step.num_scheduled_tokens
     assert scheduler.evictions[ROCK] == 1 and scheduler.requests["rock"].num_preemptions == 1
     assert [r.request_id for r in scheduler.waiting] == ["rock"]
 
 
-def test_waiting_sand_evicts_one_rock_a_step(async_scheduling: bool) -> None:
+def test_waiting_sand_evicts_one_rock_a_step(build: Build) -> None:
     # The simulator's scenario (tests/unit/sim/test_engine.py): two rocks fill the cache when two
     # sand requests arrive that fit only once a rock is gone; the first step evicts one rock, not two.
-    scheduler = _rps_scheduler(
-        async_scheduling,
+    scheduler = build(
         policy=Policy.RPS,
         num_blocks=2 * ROCK_BLOCKS + 3,  # both rocks' blocks, one null block, two to spare
         aging_time_scale=1.0,
@@ -221,14 +229,14 @@ def test_waiting_sand_evicts_one_rock_a_step(async_scheduling: bool) -> None:
     assert sorted(r.num_preemptions for r in rocks) == [0, 1]
 
 
-def test_fcfs_never_evicts_for_a_waiting_request(async_scheduling: bool) -> None:
-    scheduler = _kv_bound_scheduler(async_scheduling, Policy.FCFS)
+def test_fcfs_never_evicts_for_a_waiting_request(build: Build) -> None:
+    scheduler = _kv_bound_scheduler(build, Policy.FCFS)
     step = scheduler.schedule()
     assert "rock" in step.num_scheduled_tokens and "sand" not in step.num_scheduled_tokens
     assert not scheduler.evictions and scheduler.requests["rock"].num_preemptions == 0
 
 
-def test_a_rock_is_evicted_at_most_max_preemptions_times(async_scheduling: bool) -> None:
-    scheduler = _kv_bound_scheduler(async_scheduling, Policy.RPS, max_preemptions=0)
+def test_a_rock_is_evicted_at_most_max_preemptions_times(build: Build) -> None:
+    scheduler = _kv_bound_scheduler(build, Policy.RPS, max_preemptions=0)
     step = scheduler.schedule()
     assert "rock" in step.num_scheduled_tokens and not scheduler.evictions

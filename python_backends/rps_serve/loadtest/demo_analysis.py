@@ -1,0 +1,73 @@
+"""What the demo's runs say, before any is printed: the candidate policy and its targets per mix, each
+run's machine speed, and the starvation bound the longest video waits of a run are held to."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rps_serve.metrics import RequestRecords
+from rps_serve.requests import Modality, RequestClass
+from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
+from rps_serve.scheduling.regulator import starvation_bound_s
+
+if TYPE_CHECKING:
+    from rps_serve.loadtest.demo import PolicyRun
+
+
+CANDIDATE = "rps"
+# What RPS is to achieve against each baseline, per mix (the candidate's metric over the baseline's at
+# most this); a target is met only where the ratio's whole 95% interval is.
+TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {
+    "mixed-iii": (
+        ("fcfs", "text P90 TTFT", 0.75),
+        ("fcfs", "TPOT mean", 1.0),
+        ("modality-priority", "sand P90 TTFT", 0.9),
+    ),
+    "cost-vs-modality": (
+        ("modality-priority", "short-text P90 TTFT", 0.6),
+        ("vllm-priority", "short-text P90 TTFT", 0.8),
+        ("modality-priority", "normalized latency mean", 0.85),
+    ),
+}
+# Paired runs whose machine speed (`run_speed`) differs by more than this are named (and nothing
+# else): the same runs of one policy on this machine scatter by about 6% in it.
+SPEED_TOLERANCE = 0.15
+
+
+def run_speed(run: PolicyRun) -> float:
+    """The machine's speed in a run: its median step that decodes one request and nothing else
+    (`run_analysis.engine_summary`), the same work under every policy; NaN where it had too few such
+    steps to measure it (`run_analysis.MIN_LONE_DECODE_STEPS`)."""
+    return float(run.analysis["engine"].get("lone_decode_step_ms", math.nan))
+
+
+def speed_change(candidate: PolicyRun, baseline: PolicyRun) -> float:
+    """How much slower (> 0) or faster (< 0) the candidate's run found the machine than the baseline's."""
+    return run_speed(candidate) / run_speed(baseline) - 1
+
+
+def starvation_check(
+    records: RequestRecords, time_scale: float, hold_s: float = 0.0
+) -> dict[str, dict[str, float]]:
+    """Per heavier class with videos: their longest TTFT, against the starvation bound for sand that
+    waited no longer than the longest sand TTFT of the same runs (`starvation_bound_s` at the highest
+    boost, on the served model's clock) plus the longest decode hold (`hold_s`, once per request). An
+    infinite bound says sand itself waited past the reach of aging: below capacity it should not."""
+    ladder = in_time_units(class_ladder(records.num_levels), time_scale)
+    sand = records.ttft[records.level == 0]
+    longest_sand = float(np.nanmax(sand)) if np.isfinite(sand).any() else 0.0
+    checks = {}
+    for level in range(1, records.num_levels):
+        videos = records.ttft[(records.level == level) & (records.modality == Modality.VIDEO.index)]
+        if not np.isfinite(videos).any():
+            continue
+        bound = starvation_bound_s(ladder, level, longest_sand, PressureSettings().max_boost) + hold_s
+        checks[RequestClass.for_level(level, records.num_levels).label] = {
+            "longest_video_ttft_s": float(np.nanmax(videos)),
+            "bound_s": bound,
+            "longest_sand_ttft_s": longest_sand,
+        }
+    return checks
