@@ -64,7 +64,9 @@ def policy_variant(name: str) -> PolicyVariant:
 @dataclass(frozen=True)
 class Deployment:
     """A model on `gpus` H100s behind vLLM in `execution` mode, with its isolated prefill lines measured
-    (in graph mode) on `profile_gpus`."""
+    (in graph mode) on `profile_gpus`. `kv_capacity_tokens`: the LLM engine's KV cache in tokens where
+    it is set (vLLM's `num_gpu_blocks_override` times the block size, as a KV-pressure run sets it),
+    else what the GPUs' memory leaves after the weights."""
 
     spec: ModelSpec
     gpus: int
@@ -76,13 +78,18 @@ class Deployment:
     max_num_seqs: int = 1024
     block_size: int = 16
     execution: Execution = Execution.GRAPH
+    kv_capacity_tokens: int | None = None
 
     def timing(self, gpus: int) -> TimingModel:
         return timing_from_lines(self.lines, self.spec, gpus, self.profile_gpus, self.gpu, self.execution)
 
     def engine_config(self, gpus: int) -> EngineConfig:
         return EngineConfig(
-            kv_capacity_tokens=kv_capacity_tokens(self.spec, gpus, self.gpu),
+            kv_capacity_tokens=(
+                kv_capacity_tokens(self.spec, gpus, self.gpu)
+                if self.kv_capacity_tokens is None
+                else self.kv_capacity_tokens
+            ),
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             block_size=self.block_size,
