@@ -200,3 +200,24 @@ def test_stock_priority_orders_by_class_and_by_modality_as_configured() -> None:
     by_modality = _queued_text_and_image("modality-priority")
     assert by_class[1] < by_class[2]
     assert by_modality[2] < by_modality[1]
+
+
+def test_rps_no_evict_lets_sand_wait_where_rps_evicts_the_rock() -> None:
+    # A rock text decodes in a cache that has no room for the sand text arriving a second later.
+    kinds = [RequestKind.LONG_TEXT, RequestKind.SHORT_TEXT]
+    trace = Trace(
+        arrival_s=np.array([0.0, 1.0]),
+        kind=np.array([list(RequestKind).index(k) for k in kinds]),
+        prompt_tokens=np.array([7800, 400]),
+        modality_tokens=np.array([0, 0]),
+        output_tokens=np.array([400, 2]),
+    )
+    config = SimulationConfig(
+        "llava-onevision-qwen2-7b", 1, SyntheticWorkload("mixed-iii", 1.0, 1), kv_capacity_tokens=8208
+    )
+    deployment, _ = device_profile(config)
+    setup = SimulationSetup(deployment, trace, np.array([2, 0]), trace.modality, num_levels=3)
+    evicting, waiting = run_policy(setup, "rps"), run_policy(setup, "rps-no-evict")
+    assert evicting.preemptions == 1 and waiting.preemptions == 0
+    assert evicting.records.first_token_s[1] < evicting.records.finish_s[0]
+    assert waiting.records.first_token_s[1] > waiting.records.finish_s[0]
