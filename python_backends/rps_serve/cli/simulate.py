@@ -47,6 +47,13 @@ def add_parser(commands: Any) -> None:
         default=Execution.GRAPH.value,
         help="CUDA graphs (vLLM's default) or eager (--enforce-eager, as the paper served)",
     )
+    parser.add_argument(
+        "--kv-capacity-tokens",
+        type=int,
+        metavar="N",
+        help="a KV cache of N tokens instead of what the GPUs' memory leaves (KV pressure: vLLM's"
+        " num_gpu_blocks_override x 16)",
+    )
     parser.add_argument("--profile-gpus", type=int, default=1, help="GPUs a --profile file was measured on")
     parser.add_argument("--json", type=Path, metavar="FILE", required=True, help="where to write the results")
     parser.add_argument(
@@ -66,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         profile_gpus=args.profile_gpus,
         measured=args.measured,
         execution=Execution(args.execution),
+        kv_capacity_tokens=args.kv_capacity_tokens,
     )
     report, outcomes = run_simulation(config, policies(args))
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,6 @@ from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import FRONT_END_WORKERS
-from rps_serve.sim.engine import EngineConfig
 from rps_serve.sim.frontend import PreprocessCosts
 from rps_serve.sim.hardware import ModelSpec
 from rps_serve.sim.simulator import Deployment, PolicyVariant
@@ -48,19 +47,10 @@ class MeasuredDeployment(Deployment):
 
     decode_step_s: float = 0.0
     kv_token_s: float = 0.0
-    kv_capacity_tokens: int = 0
     rps_chunk_cap_tokens: int = 0
 
     def timing(self, gpus: int) -> TimingModel:
         return replace(super().timing(gpus), decode_step_s=self.decode_step_s, kv_token_s=self.kv_token_s)
-
-    def engine_config(self, gpus: int) -> EngineConfig:
-        return EngineConfig(
-            kv_capacity_tokens=self.kv_capacity_tokens,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs,
-            block_size=self.block_size,
-        )
 
 
 @dataclass(frozen=True)

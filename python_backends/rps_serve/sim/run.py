@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,8 @@ class SimulationConfig:
     (JSONL records of isolated runs on `profile_gpus` GPUs), or a measured serving stack (`measured`,
     `sim.measured`), which sets everything. `seed` drives the reference profile's records and the
     classifier's k-means; the workload has its own. `execution` applies to the H100 devices (a
-    measured stack's steps are what was measured).
+    measured stack's steps are what was measured). `kv_capacity_tokens` replaces the device's KV cache
+    (a KV-pressure run); None keeps it.
     """
 
     reference: str
@@ -57,10 +58,13 @@ class SimulationConfig:
     profile_gpus: int = 1
     measured: Path | None = None
     execution: Execution = Execution.GRAPH
+    kv_capacity_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.profile is not None and self.measured is not None:
             raise ValueError("a profile file and a measured stack both set the device: give one")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens <= 0:
+            raise ValueError(f"the KV cache must hold some tokens, got {self.kv_capacity_tokens}")
 
     def describe(self) -> str:
         """The simulated device, as a title names it."""
@@ -98,7 +102,15 @@ def default_shapes(reference: str, profile: Path | None = None, measured: Path |
 
 
 def device_profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
-    """The simulated device of `config`, and the profile its cost model is trained on."""
+    """The simulated device of `config` (with its KV cache where `config` sets one), and the profile
+    its cost model is trained on."""
+    deployment, records = _device(config)
+    if config.kv_capacity_tokens is not None:
+        deployment = replace(deployment, kv_capacity_tokens=config.kv_capacity_tokens)
+    return deployment, records
+
+
+def _device(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
     if config.measured is not None:
         measured = read_measured_profile(config.measured)
         return measured.deployment(), reference_profile(measured.cost_profile, seed=config.seed)

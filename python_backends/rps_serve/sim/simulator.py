@@ -30,6 +30,9 @@ class PolicyVariant:
     first served; the other half run the LLM engine with tensor parallelism.
     `chunk_cap_tokens`: the prefill chunk cap of the vLLM plug-in (`prefill_chunk_cap`); 0: off, as
     in the paper's policies.
+    `evicts`: a waiting request may evict a running one where the policy's `PreemptionRule` allows;
+    False leaves only vLLM's own preemption of a running request that cannot grow (the ablation
+    `rps-no-evict`: what the evictions cost in recomputed prefills).
     """
 
     name: str
@@ -37,6 +40,7 @@ class PolicyVariant:
     naive_classes: bool = False
     modserve: bool = False
     chunk_cap_tokens: int = 0
+    evicts: bool = True
 
 
 # The `rps-cap` chunk cap for the simulated H100 engine (8,192-token steps).
@@ -49,6 +53,7 @@ POLICY_VARIANTS: dict[str, PolicyVariant] = {
         *(PolicyVariant(policy.value, policy, naive_classes=policy.row.by_modality) for policy in Policy),
         PolicyVariant("rps-naive", Policy.RPS, naive_classes=True),
         PolicyVariant("rps-cap", Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS),
+        PolicyVariant("rps-no-evict", Policy.RPS, evicts=False),
         PolicyVariant("modserve", Policy.FCFS, modserve=True),
         PolicyVariant("modserve-rps", Policy.RPS, modserve=True),
     )
@@ -64,7 +69,9 @@ def policy_variant(name: str) -> PolicyVariant:
 @dataclass(frozen=True)
 class Deployment:
     """A model on `gpus` H100s behind vLLM in `execution` mode, with its isolated prefill lines measured
-    (in graph mode) on `profile_gpus`."""
+    (in graph mode) on `profile_gpus`. `kv_capacity_tokens`: the LLM engine's KV cache in tokens where
+    it is set (vLLM's `num_gpu_blocks_override` times the block size, as a KV-pressure run sets it),
+    else what the GPUs' memory leaves after the weights."""
 
     spec: ModelSpec
     gpus: int
@@ -76,13 +83,18 @@ class Deployment:
     max_num_seqs: int = 1024
     block_size: int = 16
     execution: Execution = Execution.GRAPH
+    kv_capacity_tokens: int | None = None
 
     def timing(self, gpus: int) -> TimingModel:
         return timing_from_lines(self.lines, self.spec, gpus, self.profile_gpus, self.gpu, self.execution)
 
     def engine_config(self, gpus: int) -> EngineConfig:
         return EngineConfig(
-            kv_capacity_tokens=kv_capacity_tokens(self.spec, gpus, self.gpu),
+            kv_capacity_tokens=(
+                kv_capacity_tokens(self.spec, gpus, self.gpu)
+                if self.kv_capacity_tokens is None
+                else self.kv_capacity_tokens
+            ),
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             block_size=self.block_size,
@@ -185,7 +197,7 @@ def engine_for(
         deployment.engine_config(gpus),
         deployment.timing(gpus),
         queues,
-        PreemptionRule.for_policy(variant.policy),
+        PreemptionRule.for_policy(variant.policy) if variant.evicts else None,
         variant.chunk_cap_tokens,
         observer,
     )

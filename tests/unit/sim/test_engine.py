@@ -272,3 +272,15 @@ def _queue_work_per_step(waiting: int, steps: int = 5) -> list[int]:
 
 def test_the_work_of_a_step_does_not_grow_with_the_queue() -> None:
     assert _queue_work_per_step(64) == _queue_work_per_step(4096)
+
+
+def test_stock_vllm_priority_orders_by_class_and_never_evicts_for_a_waiting_request() -> None:
+    # Stock vLLM's priority policy: static class order, arrival within a class; a waiting request
+    # waits for KV blocks (only a running request that cannot grow preempts, heaviest class first).
+    assert np.argsort(_full_steps(Policy.VLLM_PRIORITY)).tolist() == [0, 3, 4, 2, 1]
+    first, finish, preemptions = _rock_and_sand(Policy.VLLM_PRIORITY)
+    assert preemptions.tolist() == [0, 0]
+    assert first[1] > finish[0]
+    work = _work([0.0, 30.0, 31.0, 32.0], [100] * 4, [8] * 4, [2, 0, 2, 0])
+    engine = _engine(work, Policy.VLLM_PRIORITY, EngineConfig(kv_capacity_tokens=100_000))
+    assert engine._running_victim([0, 1, 2, 3]) == 2
