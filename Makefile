@@ -82,7 +82,7 @@ model-repository: $(ONNX)
 # capacity first (30 s closed loop for a first guess, three probes bracketing it), then 3 paired seeds
 # of 120 requests per policy at 0.9x of it, fixed before the first run, each seed's policies back to
 # back in the reverse order of the seed before, the engine's worker on a core of its own; TTFT per
-# modality, RPS's ratios with their 95% intervals over seeds, where the time went (about 15 minutes on
+# modality, RPS's ratios with their 95% intervals over seeds, where the time went (about 19 minutes on
 # 2 cores). `make compare` adds stock priority over our classes and the other workloads.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve demo --reuse-servers --mix cost-vs-modality --policies fcfs,modality-priority,rps \
