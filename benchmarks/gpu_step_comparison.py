@@ -27,19 +27,14 @@ def simulated(reference: str, gpu: GpuSpec) -> TimingModel:
     return timing_from_lines(reference_model(reference).lines, spec, spec.profile_gpus, gpu=gpu)
 
 
-def predictions(row: dict[str, Any], reference: str) -> dict[str, float]:
-    """The simulator's seconds for a measured row, by what the row is."""
-    h100, h200 = simulated(reference, H100), simulated(reference, H200_BANDWIDTH)
+def predictions(row: dict[str, Any], h100: TimingModel, h200: TimingModel) -> dict[str, float]:
+    """The simulator's seconds for a measured row, by what the row is: `h100` the simulator's own
+    timing, `h200` the same with the measured GPU's bandwidth."""
     if row["kind"] == "encoder":
-        patches = row["images"] * 729
-        return {
-            "as image crops": float(h100.encoder_s(np.array([Modality.IMAGE.index]), np.array([patches]))[0]),
-            "as video frames": float(
-                h100.encoder_s(
-                    np.array([Modality.VIDEO.index]), np.array([row["images"] * VIDEO_TOKENS_PER_FRAME])
-                )[0]
-            ),
-        }
+        as_image = h100.encoder_s(np.array([Modality.IMAGE.index]), np.array([row["prefill_tokens"]]))
+        frames = np.array([row["images"] * VIDEO_TOKENS_PER_FRAME])
+        as_video = h100.encoder_s(np.array([Modality.VIDEO.index]), frames)
+        return {"as image crops": float(as_image[0]), "as video frames": float(as_video[0])}
     steps = {
         name: timing.step_s(row["prefill_tokens"], row["decodes"], row["decode_context"], 0.0)
         for name, timing in (("H100", h100), ("H200 bandwidth", h200))
@@ -71,8 +66,9 @@ def comparison_table(result: dict[str, Any]) -> str:
             "| step | measured ms | simulator ms | ratio |",
             "|---|---:|---:|---:|",
         ]
+        h100, h200 = simulated(reference, H100), simulated(reference, H200_BANDWIDTH)
         for row in measured["rows"]:
-            for label, seconds in predictions(row, reference).items():
+            for label, seconds in predictions(row, h100, h200).items():
                 ratio = f"{row['seconds'] / seconds:.2f}" if seconds > 0 else "-"
                 measured_ms, predicted_ms = row["seconds"] * 1e3, seconds * 1e3
                 lines.append(

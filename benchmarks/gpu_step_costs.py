@@ -25,7 +25,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,17 +51,12 @@ class Shape:
     causal: bool = True  # False: a vision encoder, attention within each image
 
     def sliced(self) -> Shape:
-        return Shape(
-            self.name,
-            self.reference,
-            self.layers,
-            self.hidden,
-            self.heads // self.tp,
-            max(self.kv_heads // self.tp, 1),
-            self.head_dim,
-            self.intermediate // self.tp,
-            1,
-            self.causal,
+        return replace(
+            self,
+            heads=self.heads // self.tp,
+            kv_heads=max(self.kv_heads // self.tp, 1),
+            intermediate=self.intermediate // self.tp,
+            tp=1,
         )
 
 

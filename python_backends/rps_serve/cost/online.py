@@ -221,9 +221,8 @@ class OnlineCostModel(CostModel):
         return OnnxCostModel(estimator_to_onnx(estimator).SerializeToString(), classifier_onnx)
 
     def estimate(self, feature_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self._served.estimate(
-            feature_matrix
-        )  # one fit for both steps, whatever `update` does meanwhile
+        # One fit for both steps, whatever `update` does meanwhile.
+        return self._served.estimate(feature_matrix)
 
     def observe(self, records: Iterable[ProfileRecord]) -> None:
         for record in records:
