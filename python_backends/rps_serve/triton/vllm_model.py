@@ -63,7 +63,7 @@ from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_l
 from rps_serve.triton.settings import FrontEndMode, load_settings
 from rps_serve.triton.triton_log import log_to_triton
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
-from rps_serve.vllm_plugin.parent_watch import follow_parent
+from rps_serve.vllm_plugin.parent_watch import start_parent_watcher
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class TritonPythonModel:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-model-loop", daemon=True)
         self.thread.start()
-        follow_parent()  # a dead tritonserver takes this stub and its engine down with it
+        self.parent_watcher = start_parent_watcher()  # a dead tritonserver takes this stub down
         self.model_name = args["model_name"]
         # The class front end orders the CPU work before the engine by class and renders inputs itself;
         # vLLM's keeps vLLM's own renderer (arrival order), as the stock baselines ship.

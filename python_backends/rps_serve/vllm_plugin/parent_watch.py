@@ -3,16 +3,20 @@
 vLLM's workers follow their engine core down, but the engine core does not follow the process that
 started it (the Triton stub, or any `AsyncLLM` user): a SIGKILLed stub leaves the engine core and its
 workers running, holding memory and cores, re-parented to init. The scheduler runs inside the engine
-core, so it starts this watch there. It polls `os.getppid()` rather than using `PR_SET_PDEATHSIG`,
+core, so it starts a watch thread there. It polls `os.getppid()` rather than using `PR_SET_PDEATHSIG`,
 which fires when the parent *thread* that forked the process ends (vLLM may start its engine from a
 thread that is not the process's last).
-`vllm_model` follows tritonserver the same way: Triton 2.51's stub checks its parent only between
-health updates, and one blocked on a lock the dead server held never exits, keeping its engine alive.
+
+`vllm_model` follows tritonserver too, but not from a thread of its own: Triton 2.51's stub checks its
+parent only between health updates, and once the server is gone any thread that reaches the server
+(a response, a log record through `pb_utils.Logger`) can block for good, holding the interpreter with
+it. So the stub starts a watcher process that reads the stub's parent from `/proc` and ends the stub's
+tree from outside, needing nothing from the stub.
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -21,39 +25,77 @@ import time
 
 import psutil
 
-logger = logging.getLogger(__name__)
-
-POLL_S = 0.5  # the engine core follows its parent within this
+POLL_S = 0.5  # a watched process follows its parent within this
 
 
 def watch_parent(poll_s: float = POLL_S) -> threading.Thread | None:
-    """In a process started by `multiprocessing` (vLLM's engine core), `follow_parent`; elsewhere (an
-    in-process engine, whose parent is the user's shell) do nothing and return None."""
+    """In a process started by `multiprocessing` (vLLM's engine core), follow its parent from a daemon
+    thread; elsewhere (an in-process engine, whose parent is the user's shell) do nothing, return None."""
     if multiprocessing.parent_process() is None:
         return None
-    return follow_parent(poll_s)
-
-
-def follow_parent(poll_s: float = POLL_S) -> threading.Thread:
-    """Start a daemon thread that kills this process and its descendants once its parent is gone."""
     parent = os.getppid()
-    thread = threading.Thread(target=_watch, args=(parent, poll_s), name="rps-parent-watch", daemon=True)
+    thread = threading.Thread(target=_follow, args=(parent, poll_s), name="rps-parent-watch", daemon=True)
     thread.start()
     return thread
 
 
-def _watch(parent: int, poll_s: float) -> None:
+def start_parent_watcher(poll_s: float = POLL_S) -> multiprocessing.process.BaseProcess:
+    """Start a watcher process that ends this process and its descendants once this process's parent
+    is gone. Daemonic, so that a normal exit of this process ends it too."""
+    watcher = multiprocessing.get_context("spawn").Process(
+        target=_watch_from_outside,
+        args=(os.getpid(), os.getppid(), poll_s),
+        name="rps-parent-watch",
+        daemon=True,
+    )
+    watcher.start()
+    return watcher
+
+
+def _follow(parent: int, poll_s: float) -> None:
     while os.getppid() == parent:
         time.sleep(poll_s)
-    logger.error("process %d: its parent %d is gone; ending it and its children", os.getpid(), parent)
-    kill_tree()
+    _say(f"process {os.getpid()}: its parent {parent} is gone; ending it and its children")
+    kill_tree(os.getpid())
 
 
-def kill_tree() -> None:
-    """SIGKILL this process's descendants, then itself: with the parent gone, no one reads its work."""
-    for child in psutil.Process().children(recursive=True):
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            continue
-    os.kill(os.getpid(), signal.SIGKILL)
+def _watch_from_outside(watched: int, parent: int, poll_s: float) -> None:
+    while (current := parent_of(watched)) == parent:
+        time.sleep(poll_s)
+    if current is not None:
+        _say(f"process {watched}: its parent {parent} is gone; ending it and its children")
+        kill_tree(watched)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of `pid` as the kernel has it, or None once `pid` has ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, ppid = fields[0], int(fields[1])
+    return None if state in (b"Z", b"X") else ppid
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL `root`'s descendants, then `root`: with its parent gone, no one reads their work. The
+    caller, if among the descendants, goes last."""
+    try:
+        descendants = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for process in descendants:
+        if process.pid != os.getpid():
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                continue
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(root, signal.SIGKILL)
+
+
+def _say(message: str) -> None:
+    """Write `message` to stderr directly: logging may route through the dead server and block."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"rps_serve parent watch: {message}\n".encode())
