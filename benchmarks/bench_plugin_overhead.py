@@ -10,7 +10,9 @@ Two set-ups, each a long queue that does not move while it is timed:
   finds that nothing fits. This is the path the plug-in adds;
 - `slots-full`: every sequence slot is busy decoding; nothing waiting can start, and the plug-in
   hands the step straight to stock vLLM.
-RPS runs with the shipped `rps` settings of `model.json`. Needs a tiny model:
+Stock vLLM runs twice, as a user would configure it without the plug-in: FCFS, and its priority
+policy with each request's modality as the priority (a heap instead of a deque). RPS runs with the
+shipped `rps` settings of `model.json`. Needs a tiny model:
 `make tiny-model && python benchmarks/bench_plugin_overhead.py build/tiny-qwen2-vl`.
 """
 
@@ -45,6 +47,7 @@ WAITING_WORDS = 2200  # each waiting prompt: ~2,200 tokens or more, ~69 blocks
 # (RUNNING x 3 x STEPS tokens) but for no waiting prompt.
 KV_BLOCKS = RUNNING * (RUNNING_WORDS * 3 // 2 // BLOCK_SIZE) + 24
 SETUPS = ("kv-bound", "slots-full")
+BASELINES = (Policy.FCFS, Policy.MODALITY_PRIORITY)
 
 
 def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
@@ -101,7 +104,12 @@ def _measure(model: Path, policy: Policy, setup: str) -> dict[int, list[float]]:
                 prompt["multi_modal_data"] = {"image": random_image(224, 224, media_rng)}
             elif modality is Modality.VIDEO:
                 prompt["multi_modal_data"] = {"video": random_video(4, 224, 224, media_rng)}
-            engine.add_request(f"w{queued}", prompt, SamplingParams(max_tokens=4, ignore_eos=True))
+            engine.add_request(
+                f"w{queued}",
+                prompt,
+                SamplingParams(max_tokens=4, ignore_eos=True),
+                priority=policy.request_priority(0, modality),
+            )
             queued += 1
         samples.clear()
         for _ in range(STEPS):
@@ -134,15 +142,19 @@ def main() -> None:
     args = parser.parse_args()
     configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-bench-")))
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the timer wraps the scheduler in this process
-    header = ("set-up", "waiting", "stock us [p25, p75]", "rps us [p25, p75]", "rps/stock")
-    print("{:>10} {:>8} {:>24} {:>24} {:>9}".format(*header))
+    policies = (*BASELINES, Policy.RPS)
+    header = ("set-up", "waiting", *(f"{policy.value} us [p25, p75]" for policy in policies))
+    header += tuple(f"rps/{policy.value}" for policy in BASELINES)
+    columns = " {:>32}" * len(policies)
+    print(("{:>10} {:>8}" + columns + " {:>22}" * len(BASELINES)).format(*header))
     for setup in SETUPS:
-        stock = _measure(args.model, Policy.FCFS, setup)
-        rps = _measure(args.model, Policy.RPS, setup)
+        timings = [_measure(args.model, policy, setup) for policy in policies]
         for backlog in BACKLOGS:
-            ratio = statistics.median(rps[backlog]) / statistics.median(stock[backlog])
-            row = (setup, backlog, _spread(stock[backlog]), _spread(rps[backlog]), ratio)
-            print("{:>10} {:8d} {:>24} {:>24} {:9.2f}".format(*row))
+            medians = [statistics.median(timing[backlog]) for timing in timings]
+            spreads = [_spread(timing[backlog]) for timing in timings]
+            ratios = [medians[-1] / median for median in medians[:-1]]
+            row = (setup, backlog, *spreads, *ratios)
+            print(("{:>10} {:8d}" + columns + " {:>22.2f}" * len(BASELINES)).format(*row))
 
 
 if __name__ == "__main__":

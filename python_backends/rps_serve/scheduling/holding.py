@@ -85,11 +85,15 @@ class DecodeHolds(Generic[R]):
         if request in self._cohorts:
             cohort = self._cohorts[request]
             return cohort.key if cohort is not None and not cohort.hold.released else None
-        if exempt:
+        if exempt or level == 0:  # nothing is lighter than the lightest class
             self._cohorts[request] = None
         else:
             self._undecided[level].add(request)
         return None
+
+    def pending(self) -> bool:
+        """Whether a step has holds to decide or to check (else `step` would find nothing to do)."""
+        return any(self._undecided) or any(self._active)
 
     def step(
         self, running: Mapping[Hashable, int], now: float, waiting: Callable[[R], bool]

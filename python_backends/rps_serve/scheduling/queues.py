@@ -13,8 +13,6 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-import numpy as np
-
 from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats
 
 T = TypeVar("T", bound=Hashable)
@@ -42,9 +40,9 @@ class ClassQueues(Generic[T]):
     the per-class length and mean age to the regulator, which updates the queue-pressure boosts.
     Ties between equal scores go to the earlier arrival, then to the earlier insertion.
 
-    Scores hold for one iteration (fixed clock and boosts): they are computed in vectorized chunks
-    from the head of each class queue and cached until the next `begin_iteration()`, so taking the
-    next request costs a comparison of at most one cached score per class.
+    Scores hold for one iteration (fixed clock and boosts): a class head's score is computed when it
+    first heads its queue and cached until the next `begin_iteration()`, so taking the next request
+    costs one comparison per class and one score per request taken, whatever the queue's length.
 
     Starvation guard, under rps: a request of a heavier class that has
     aged past a lightest-class request arriving now holds the head of the order until it leaves the
@@ -59,8 +57,6 @@ class ClassQueues(Generic[T]):
     entries scored and the heads compared, for tests that show the work of an iteration.
     """
 
-    score_chunk = 4  # most steps admit a handful per class; each further handful costs one call
-
     def __init__(self, regulator: PriorityRegulator, clock: Callable[[], float] = time.monotonic) -> None:
         self.regulator = regulator
         self._clock = clock
@@ -71,6 +67,7 @@ class ClassQueues(Generic[T]):
         self._scores: dict[int, float] = {}
         self._guard = regulator.policy.row.starvation_guard
         self._held: _Entry[T] | None = None
+        self._best: _Entry[T] | None = None  # the next request, until the queue or the clock changes
         self._fresh_score: float | None = None  # a lightest-class arrival's score, this iteration
         self._runs: list[dict[Hashable, deque[_Entry[T]]]] = [{} for _ in range(regulator.num_levels)]
         self._skipped: Callable[[Hashable], bool] | None = None
@@ -81,6 +78,7 @@ class ClassQueues(Generic[T]):
     def begin_iteration(self) -> list[QueueStats]:
         self.now = self._clock()
         self._scores.clear()
+        self._best = None
         self._fresh_score = None
         stats = self.stats()
         self.regulator.observe(stats)
@@ -88,16 +86,11 @@ class ClassQueues(Generic[T]):
 
     def stats(self) -> list[QueueStats]:
         """Length and mean waiting time of every class queue at `now`."""
-        return [
-            QueueStats(count, max(self.now - total / count, 0.0) if count else 0.0)
-            for count, total in zip(self._counts(), self._arrival_sums, strict=True)
-        ]
-
-    def _counts(self) -> list[int]:
-        return [
-            len(queue) + sum(map(len, runs.values()))
-            for queue, runs in zip(self._queues, self._runs, strict=True)
-        ]
+        stats = []
+        for queue, runs, total in zip(self._queues, self._runs, self._arrival_sums, strict=True):
+            count = len(queue) + sum(map(len, runs.values())) if runs else len(queue)
+            stats.append(QueueStats(count, max(self.now - total / count, 0.0) if count else 0.0))
+        return stats
 
     def add(self, item: T, level: int, arrival_time: float, group: Hashable | None = None) -> None:
         """Queue `item` in its class, placed by arrival time (a preempted request returns near the head);
@@ -107,6 +100,7 @@ class ClassQueues(Generic[T]):
         if not 0 <= level < self.regulator.num_levels:
             raise ValueError(f"class level {level} is outside 0..{self.regulator.num_levels - 1}")
         entry = _Entry(item, level, arrival_time, next(self._seq), group)
+        self._best = None
         _insort(self._queues[level] if group is None else self._runs[level].setdefault(group, deque()), entry)
         if group is not None and self._skipped is not None and self._skipped(group):
             self._skipped_count += 1
@@ -127,6 +121,7 @@ class ClassQueues(Generic[T]):
 
     def _forget(self, entry: _Entry[T]) -> None:
         """Bookkeeping for an entry that has left its (class or run) queue."""
+        self._best = None
         if entry is self._held:
             self._held = None
         if entry.group is not None:
@@ -152,6 +147,7 @@ class ClassQueues(Generic[T]):
     def park(self, items: Iterable[T], group: Hashable) -> None:
         """Move waiting `items` into `group`'s runs, one per class. The class queue is cut only from
         the oldest of them to its end: a group of recent arrivals costs what it moves."""
+        self._best = None
         by_level: dict[int, list[_Entry[T]]] = {}
         for item in items:
             entry = self._entries[item]
@@ -170,6 +166,7 @@ class ClassQueues(Generic[T]):
 
     def unpark(self, group: Hashable) -> None:
         """Merge `group`'s runs back into their class queues."""
+        self._best = None
         for level, runs in enumerate(self._runs):
             run = runs.pop(group, None)
             if not run:
@@ -183,7 +180,7 @@ class ClassQueues(Generic[T]):
     def skip_groups(self, skipped: Callable[[Hashable], bool]) -> int:
         """Leave the runs of the groups `skipped` names out of the order until `unskip()`; returns how
         many requests they hold. A request the starvation guard held loses its hold if it is one."""
-        self._skipped = skipped
+        self._skipped, self._best = skipped, None
         self._skipped_count = sum(
             len(run) for runs in self._runs for group, run in runs.items() if skipped(group)
         )
@@ -192,7 +189,7 @@ class ClassQueues(Generic[T]):
         return self._skipped_count
 
     def unskip(self) -> None:
-        self._skipped = None
+        self._skipped, self._best = None, None
         self._skipped_count = 0
 
     def level_of(self, item: T) -> int:
@@ -200,18 +197,17 @@ class ClassQueues(Generic[T]):
 
     def score(self, level: int, arrival_time: float) -> float:
         """Score of a request of `level` that arrived at `arrival_time`, as of this iteration."""
-        return self.scores([level], [arrival_time])[0]
+        return self.regulator.score(level, arrival_time, self.now)
 
     def scores(self, levels: Sequence[int], arrival_times: Sequence[float]) -> list[float]:
-        """Scores of requests given as parallel sequences, as of this iteration, in one vectorized call."""
-        return self.regulator.scores(
-            np.array(levels, dtype=np.int64), np.array(arrival_times), self.now
-        ).tolist()
+        """Scores of requests given as parallel sequences, as of this iteration."""
+        return [self.score(level, arrival) for level, arrival in zip(levels, arrival_times, strict=True)]
 
     def _head_score(self, head: _Entry[T]) -> float:
-        if head.seq not in self._scores:
-            self._score_heads()
-        return self._scores[head.seq]
+        if (score := self._scores.get(head.seq)) is None:
+            self.visited += 1
+            score = self._scores[head.seq] = self.score(head.level, head.arrival_time)
+        return score
 
     def _visible(self, level: int) -> Iterator[deque[_Entry[T]]]:
         """The class queue of `level` and its runs that are not skipped, the non-empty ones."""
@@ -223,29 +219,18 @@ class ClassQueues(Generic[T]):
 
     def _class_head(self, level: int) -> _Entry[T] | None:
         """The oldest visible request of a class: within a class, older ranks first."""
+        if not self._runs[level]:  # no held group: the class queue's head (the usual step)
+            self.visited += 1
+            return self._queues[level][0] if self._queues[level] else None
         heads = [queue[0] for queue in self._visible(level)]
         self.visited += len(heads)
         return min(heads, key=_arrival_order, default=None)
 
-    def _score_heads(self) -> None:
-        """Score the first `score_chunk` requests of every class queue and run in one vectorized call."""
-        queues = itertools.chain(self._queues, (run for runs in self._runs for run in runs.values()))
-        chunk = [entry for queue in queues for entry in itertools.islice(queue, self.score_chunk)]
-        self.visited += len(chunk)
-        levels = [e.level for e in chunk]
-        arrivals = [e.arrival_time for e in chunk]
-        fresh = self._guard and self._fresh_score is None
-        if fresh:  # the starvation guard's yardstick, in the same call
-            levels.append(0)
-            arrivals.append(self.now)
-        scores = self.scores(levels, arrivals)
-        if fresh:
-            self._fresh_score = scores.pop()
-        self._scores.update(zip((e.seq for e in chunk), scores, strict=True))
-
     def _best_head(self) -> _Entry[T]:
         if self._held is not None:
             return self._held
+        if self._best is not None:
+            return self._best
         best: _Entry[T] | None = None
         best_key = (math.inf, math.inf, 0)
         for level in range(len(self._queues)):
@@ -256,10 +241,11 @@ class ClassQueues(Generic[T]):
         if best is None:
             raise IndexError("no request is waiting")
         if self._guard and best.level > 0:
-            if self._fresh_score is None:
+            if self._fresh_score is None:  # the guard's yardstick: a lightest-class arrival
                 self._fresh_score = self.score(0, self.now)
             if best_key[0] <= self._fresh_score:
                 self._held = best
+        self._best = best
         return best
 
     def peek(self) -> T:
@@ -295,12 +281,8 @@ class ClassQueues(Generic[T]):
         entries = [
             entry for level in range(len(self._queues)) for queue in self._visible(level) for entry in queue
         ]
-        count = len(entries)
-        levels = np.fromiter((e.level for e in entries), dtype=np.int64, count=count)
-        arrivals = np.fromiter((e.arrival_time for e in entries), dtype=np.float64, count=count)
-        seqs = np.fromiter((e.seq for e in entries), dtype=np.int64, count=count)
-        scores = self.regulator.scores(levels, arrivals, self.now)
-        order = [entries[i].item for i in np.lexsort((seqs, arrivals, scores))]
+        entries.sort(key=lambda e: (self.score(e.level, e.arrival_time), e.arrival_time, e.seq))
+        order = [entry.item for entry in entries]
         if self._held is not None:
             order.remove(self._held.item)
             order.insert(0, self._held.item)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rps_serve.scheduling.parameters import ClassParameters, Order, Policy, PressureSettings
 
 
-@dataclass(frozen=True)
-class QueueStats:
-    """One class queue at one scheduling iteration."""
+class QueueStats(NamedTuple):
+    """One class queue at one scheduling iteration (a tuple: one is made per class every step)."""
 
     length: int
     mean_age_s: float
@@ -57,7 +56,9 @@ class PriorityRegulator:
 
     Scores are -log(priority) for rps/static/aging, the deadline (arrival + class SLO) for edf and
     the arrival time for fcfs. Within one class every policy orders by arrival, which lets the
-    Queue Manager keep one FIFO per class and merge them.
+    Queue Manager keep one FIFO per class and merge them. `score` takes one request in plain floats
+    (a scheduling step scores a handful of queue heads, where numpy's per-call cost dominates);
+    `scores` takes arrays (the simulator's batches). Both evaluate `_priority`.
     """
 
     def __init__(
@@ -68,12 +69,13 @@ class PriorityRegulator:
     ) -> None:
         self.policy = policy
         self.ladder = tuple(ladder)
+        self._order = policy.row.order
         self._pressure = [QueuePressure(pressure or PressureSettings(), c.slo_s) for c in self.ladder]
-        self._static = np.array([c.static_priority for c in self.ladder])
-        self._p = np.array([c.p for c in self.ladder])
-        self._k = np.array([c.k for c in self.ladder])
-        self._slo = np.array([c.slo_s for c in self.ladder])
-        self._boost = np.ones(len(self.ladder))
+        self._static = [c.static_priority for c in self.ladder]
+        self._p = [c.p for c in self.ladder]
+        self._k = [c.k for c in self.ladder]
+        self._slo = [c.slo_s for c in self.ladder]
+        self._boost = [1.0] * len(self.ladder)
 
     @property
     def num_levels(self) -> int:
@@ -84,34 +86,67 @@ class PriorityRegulator:
         if len(stats) != self.num_levels:
             raise ValueError(f"expected stats for {self.num_levels} class levels, got {len(stats)}")
         for level, (pressure, queue) in enumerate(zip(self._pressure, stats, strict=True)):
-            self._boost[level] = pressure.observe(queue)
+            self._boost[level] = float(pressure.observe(queue))
 
     def boosts(self) -> list[int]:
         return [int(b) for b in self._boost]
 
+    def priority(self, level: int, arrival: float, now: float) -> float:
+        """`priority` of one request under rps/static/aging (and the stock priority policies, which
+        order as static over the levels they are given: class levels, or modalities)."""
+        waiting = now - arrival if now > arrival else 0.0
+        return float(
+            _priority(
+                self._order,
+                math.expm1,
+                self._static[level],
+                self._p[level],
+                self._k[level],
+                self._boost[level],
+                waiting,
+            )
+        )
+
     def priorities(self, levels: np.ndarray, arrivals: np.ndarray, now: float) -> np.ndarray:
-        """Vectorized `priority` for rps/static/aging (and the stock priority policies, which order as
-        static over the levels they are given: class levels, or modalities for modality-priority)."""
+        """`priority` of requests given as parallel arrays of class levels and arrival times."""
+        static, p, k, boost = (
+            np.asarray(values)[levels] for values in (self._static, self._p, self._k, self._boost)
+        )
         waiting = np.maximum(now - arrivals, 0.0)
-        aging = -np.expm1(-self._k[levels] * self._boost[levels] * waiting ** self._p[levels])
-        order = self.policy.row.order
-        if order is Order.STATIC_AND_AGING:
-            return np.asarray(self._static[levels] + aging)
-        if order is Order.STATIC:
-            return np.asarray(self._static[levels], dtype=float)
-        if order is Order.AGING:
-            return np.asarray(aging)
-        raise ValueError(f"{self.policy.value} is not a priority policy")
+        return np.asarray(_priority(self._order, np.expm1, static, p, k, boost, waiting), dtype=float)
+
+    def score(self, level: int, arrival: float, now: float) -> float:
+        """Score of one request of `level` that arrived at `arrival`, at `now`."""
+        if self._order is Order.ARRIVAL:
+            return arrival
+        if self._order is Order.DEADLINE:
+            return arrival + self._slo[level]
+        priority = self.priority(level, arrival, now)
+        return -math.log(priority) if priority > 0 else math.inf
 
     def scores(self, levels: np.ndarray, arrivals: np.ndarray, now: float) -> np.ndarray:
         """Scores of requests given as parallel arrays of class levels and arrival times."""
-        order = self.policy.row.order
-        if order is Order.ARRIVAL:
+        if self._order is Order.ARRIVAL:
             return np.asarray(arrivals, dtype=float)
-        if order is Order.DEADLINE:
-            return np.asarray(arrivals + self._slo[levels], dtype=float)
+        if self._order is Order.DEADLINE:
+            return np.asarray(arrivals + np.asarray(self._slo)[levels], dtype=float)
         with np.errstate(divide="ignore"):
             return np.asarray(-np.log(self.priorities(levels, arrivals, now)))
+
+
+def _priority(
+    order: Order, expm1: Callable[[Any], Any], static: Any, p: Any, k: Any, boost: Any, waiting: Any
+) -> Any:
+    """static + 1 - exp(-k * boost * waiting ** p), or one of its terms, as `order` has it: over floats
+    (`expm1` = math.expm1) or arrays (numpy.expm1) alike."""
+    if order is Order.STATIC:
+        return static
+    aging = -expm1(-k * boost * waiting**p)
+    if order is Order.STATIC_AND_AGING:
+        return static + aging
+    if order is Order.AGING:
+        return aging
+    raise ValueError(f"{order.value} is not a priority order")
 
 
 def aging(params: ClassParameters, waiting_s: float, boost: float = 1.0) -> float:

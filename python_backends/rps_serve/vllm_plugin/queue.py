@@ -39,9 +39,11 @@ class ClassRequestQueue(RequestQueue):
 
     def level(self, request: Request) -> int:
         """Class level of a request this queue has seen (waiting or not)."""
-        if request not in self._levels:
-            self._levels[request] = self._classify(request)
-        return self._levels[request]
+        try:
+            return self._levels[request]
+        except KeyError:
+            level = self._levels[request] = self._classify(request)
+            return level
 
     def begin_iteration(self) -> list[QueueStats]:
         return self._queues.begin_iteration()

@@ -164,7 +164,10 @@ class _RPSMixin(Scheduler):
             return super().schedule(*args, **kwargs)
         with self._holding():
             self._evict_for_waiting()
-            with self._chunk_cap(self._prefill_cap()), self._set_aside(self._outranked_prefills()):
+            cap, aside = self._prefill_cap(), self._outranked_prefills()
+            if not cap and not aside:  # the usual step: vLLM's loop as it is
+                return super().schedule(*args, **kwargs)
+            with self._chunk_cap(cap), self._set_aside(aside):
                 return super().schedule(*args, **kwargs)
 
     @contextmanager
@@ -173,7 +176,7 @@ class _RPSMixin(Scheduler):
         queue keeps each cohort of holds together and skips it whole while its hold is in force, so
         the step's work follows the cohorts, not the queue's length. None with the hold off."""
         holds = self._decode_holds
-        if holds is None or not self.waiting or not self.running:
+        if holds is None or not holds.pending() or not self.waiting or not self.running:
             yield
             return
         running = {r.request_id: self.waiting.level(r) for r in self.running}

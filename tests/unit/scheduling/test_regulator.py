@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rps_serve.requests import RequestClass
 from rps_serve.scheduling.parameters import (
@@ -183,3 +185,23 @@ def test_priorities_on_a_slower_clock_age_that_much_later(scale: float) -> None:
         )
     with pytest.raises(ValueError, match="positive"):
         in_time_units(ladder, 0.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    policy=st.sampled_from([p for p in Policy if p is not Policy.MODALITY_PRIORITY]),
+    requests=st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 1000.0)), min_size=1, max_size=20),
+    now=st.floats(0.0, 1000.0),
+    boosts=st.lists(st.integers(1, 3), min_size=3, max_size=3),
+)
+def test_one_request_scores_as_the_batch_does(
+    policy: Policy, requests: list[tuple[int, float]], now: float, boosts: list[int]
+) -> None:
+    # A step scores queue heads one at a time, the simulator in arrays: the same formula, the same values.
+    regulator = PriorityRegulator(policy, class_ladder(3))
+    regulator.observe([QueueStats(0, 0.0)] * 3)
+    regulator._boost[:] = [float(b) for b in boosts]
+    levels, arrivals = np.array([r[0] for r in requests]), np.array([r[1] for r in requests])
+    batch = regulator.scores(levels, arrivals, now)
+    one = [regulator.score(level, arrival, now) for level, arrival in requests]
+    assert one == pytest.approx(batch.tolist(), rel=1e-12, abs=1e-12)
