@@ -168,7 +168,10 @@ def search_open_loop_capacity(
     The first probe runs at `ceiling` (the closed-loop rate: a guess, which the open-loop capacity
     has come out both below and above); while every probe is bounded the next is `STEP_UP` higher,
     and once one is not, the search bisects between the highest bounded rate (or `low_fraction` x
-    `ceiling`) and the lowest unbounded one."""
+    `ceiling`) and the lowest unbounded one. Where the last probe is due and none so far was bounded,
+    it runs at that low end instead: the rate the loads are sized from is then one a probe saw, not
+    a guess taken for a lower bound (45 s of a mix with rare heavy requests can read a rate well
+    below capacity as growing, and bisecting down from such probes brackets nothing)."""
     bounded_at, unbounded_at = low_fraction * ceiling, math.inf
     rate, taken = ceiling, []
     for _ in range(probes):
@@ -186,5 +189,10 @@ def search_open_loop_capacity(
             bounded_at = max(bounded_at, rate)
         else:
             unbounded_at = min(unbounded_at, rate)
-        rate = bounded_at * STEP_UP if math.isinf(unbounded_at) else (bounded_at + unbounded_at) / 2
+        if math.isinf(unbounded_at):
+            rate = bounded_at * STEP_UP
+        elif len(taken) == probes - 1 and not any(p.bounded for p in taken):
+            rate = bounded_at
+        else:
+            rate = (bounded_at + unbounded_at) / 2
     return OpenLoopCapacity(bounded_at, tuple(taken))

@@ -115,18 +115,22 @@ class PolicyRun:
 @dataclass
 class LoadRuns:
     """Every policy's runs at one arrival rate (`fraction` of the open-loop capacity, if measured;
-    `bracketed` False where the capacity is only a lower bound), in seed order."""
+    `bracketed` False where the capacity is only a lower bound, or, with `above`, where every probe
+    grew, down to the rate the fraction is of), in seed order."""
 
     rate: float
     fraction: float | None
     runs: dict[str, list[PolicyRun]] = field(default_factory=dict)
     bracketed: bool = True
+    above: bool = False
 
     @property
     def name(self) -> str:
         if self.fraction is None:
             return f"{self.rate:.2f} req/s"
         of = "" if self.bracketed else " of a lower bound on the capacity"
+        if self.above:
+            of = " of a rate above the capacity"
         return f"{self.rate:.2f} req/s ({self.fraction:g}x{of})"
 
     def steady_records(self) -> dict[str, list[RequestRecords]]:
@@ -211,7 +215,11 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
     closed = opened = None
     if not loads:
         closed, opened = _find_capacity(config, placement, progress)
-        loads = [LoadRuns(f * opened.rate, f, bracketed=opened.bracketed) for f in config.load_fractions]
+        above = not any(p.bounded for p in opened.probes)
+        loads = [
+            LoadRuns(f * opened.rate, f, bracketed=opened.bracketed, above=above)
+            for f in config.load_fractions
+        ]
     total, counter = len(loads) * config.repeats * len(config.policies), itertools.count(1)
 
     def run_started(line: str) -> None:

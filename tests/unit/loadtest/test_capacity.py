@@ -62,3 +62,45 @@ def test_a_search_that_never_saw_the_backlog_grow_gives_a_lower_bound() -> None:
     nothing_bounded = search_open_loop_capacity(_probe([]), ceiling=12.0, probes=1)
     assert not nothing_bounded.bracketed and nothing_bounded.rate == 6.0  # the unprobed low end
     assert nothing_bounded.describe().startswith("below 12.00 req/s open loop, loads sized from 6.00")
+
+
+def _verdicts(bounded_from: float):
+    """Probes that read every rate from `bounded_from` down as bounded and every rate above as growing,
+    with the records of a queue that never grows or one that gains a request every second."""
+
+    def probe(rate: float) -> Replayed:
+        n = 100
+        arrivals = np.linspace(0.0, n / rate, n)
+        finish = arrivals + (0.1 if rate <= bounded_from else 1.0 + arrivals)
+        records = RequestRecords(arrivals, finish, finish, np.ones(n), np.zeros(n, int), np.zeros(n, int))
+        return Replayed(records, Tally(n, n, 0, 0, 0), [])
+
+    return probe
+
+
+def test_three_probes_down_from_a_ceiling_above_capacity_end_on_a_bounded_rate() -> None:
+    # The recorded case: a closed-loop ceiling of 3.40/s whose probe grew, and a second probe, halfway
+    # to the low end, that grew too. Bisecting again probed a rate that grew once more and sized the
+    # loads from the low end no probe had run at; the last probe runs there instead and brackets.
+    ceiling, low = 3.4, 0.5 * 3.4
+    found = search_open_loop_capacity(_verdicts(bounded_from=low), ceiling=ceiling, probes=3)
+    rates = [p.rate for p in found.probes]
+    assert rates == [ceiling, (ceiling + low) / 2, low]
+    assert [p.bounded for p in found.probes] == [False, False, True]
+    assert found.bracketed and found.rate == low
+    assert found.describe().startswith(f"{low:.2f} req/s open loop, below {(ceiling + low) / 2:.2f}")
+
+
+def test_the_last_probe_at_the_low_end_that_grows_too_brackets_nothing() -> None:
+    found = search_open_loop_capacity(_verdicts(bounded_from=0.0), ceiling=4.0, probes=2)
+    assert [p.rate for p in found.probes] == [4.0, 2.0]
+    assert not any(p.bounded for p in found.probes) and not found.bracketed
+    assert found.rate == 2.0  # sized from the lowest probe, which the description says grew
+    assert found.describe().startswith("below 2.00 req/s open loop, loads sized from 2.00")
+
+
+def test_the_low_end_is_probed_only_by_the_last_probe() -> None:
+    # With probes to spare the search still bisects, and a bounded midpoint keeps it bisecting.
+    found = search_open_loop_capacity(_verdicts(bounded_from=3.0), ceiling=4.0, probes=4)
+    assert [p.rate for p in found.probes] == [4.0, 3.0, 3.5, 3.25]
+    assert found.bracketed and found.rate == 3.0

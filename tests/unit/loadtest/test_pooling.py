@@ -218,6 +218,9 @@ def test_a_capacity_never_bracketed_is_named_a_lower_bound() -> None:
     assert LoadRuns(2.0, 0.9).name == "2.00 req/s (0.9x)"
     assert LoadRuns(2.0, 0.9, bracketed=False).name == "2.00 req/s (0.9x of a lower bound on the capacity)"
     assert LoadRuns(2.0, None, bracketed=False).name == "2.00 req/s"
+    # Where every probe grew, down to the rate the loads are a fraction of, it bounds nothing from below.
+    above = LoadRuns(2.0, 0.9, bracketed=False, above=True).name
+    assert above == "2.00 req/s (0.9x of a rate above the capacity)"
 
 
 def test_engine_arguments_reach_every_server_through_the_settings(tmp_path: Path) -> None:
