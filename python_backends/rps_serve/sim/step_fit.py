@@ -55,9 +55,8 @@ class Steps:
     """Engine steps as columns (one row a step); `run` names the log each came from."""
 
     step_s: np.ndarray
-    gap_s: (
-        np.ndarray
-    )  # from the previous step's end to this step's start when the engine stayed busy, else NaN
+    # From the previous step's end to this step's start while the engine stayed busy, else NaN.
+    gap_s: np.ndarray
     prefill_tokens: np.ndarray
     prefill_requests: np.ndarray
     decode_requests: np.ndarray
