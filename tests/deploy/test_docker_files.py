@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import tomllib
 import yaml
+from tools.requirements import read_project
 
 from rps_serve.triton.settings import read_settings
 from rps_serve.vllm_plugin import SUPPORTED_VLLM_VERSIONS
@@ -65,6 +66,7 @@ def test_the_base_is_nvidias_triton_vllm_container() -> None:
 
 def test_the_pinned_vllm_is_one_the_plugin_supports() -> None:
     assert ARGS["VLLM_VERSION"] in SUPPORTED_VLLM_VERSIONS
+    assert read_project()["gpu"] == [f"vllm=={ARGS['VLLM_VERSION']}"]  # pyproject's gpu extra, the one pin
     install = next(arg for kind, arg in INSTRUCTIONS if kind == "RUN" and "vllm==" in arg)
     assert '"vllm==${VLLM_VERSION}"' in install
 

