@@ -101,6 +101,21 @@ def test_gpu_configs_run_the_async_scheduler(path: Path) -> None:
     assert _engine_kwargs(REPOSITORY / SETTINGS_FILE)["scheduler_cls"].endswith(".RPSScheduler")
 
 
+def test_the_image_configs_refit_their_cost_model_and_the_cpu_demo_does_not() -> None:
+    # The image starts from the H100 reference fit, not the served model's: it learns its model online.
+    for path in GPU_CONFIGS:
+        assert read_settings(path, REPOSITORY, {}).cost_model_online.enabled, path.parent.name
+    # The CPU demo's paired runs must class alike: its fit stays the profile-trained one.
+    assert not read_settings(REPOSITORY / SETTINGS_FILE, REPOSITORY, {}).cost_model_online.enabled
+
+
+@pytest.mark.parametrize("setting", [False, True])
+def test_an_operator_turns_the_online_refit_off_with_false(tmp_path: Path, setting: bool) -> None:
+    # An image config with `"cost_model_online": false` mounted over it (docs/deploy.md).
+    changed = _broken(tmp_path, {"cost_model_online": setting})
+    assert read_settings(changed, REPOSITORY, {}).cost_model_online.enabled is setting
+
+
 def _broken(tmp_path: Path, change: dict[str, Any]) -> Path:
     raw = json.loads(GPU_CONFIGS[0].read_text())
     for key, value in change.items():

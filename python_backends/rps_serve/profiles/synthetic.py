@@ -12,7 +12,7 @@ not publish vision-encoder times separately, so `encoder_s` is 0 in these record
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -64,7 +64,15 @@ def reference_profile(model: str, per_kind: int = 500, seed: int = 0) -> list[Pr
 def with_slower_images(records: Sequence[ProfileRecord], factor: float) -> list[ProfileRecord]:
     """`records` as a device whose image admission (its vision encoder) takes `factor` times as long
     would measure them: a fit of the others' device is wrong there where it matters, for images."""
+    return with_slower_admission(records, factor, {Modality.IMAGE})
+
+
+def with_slower_admission(
+    records: Sequence[ProfileRecord], factor: float, modalities: Collection[Modality]
+) -> list[ProfileRecord]:
+    """`records` with the admission time (vision encoding and prefill) of the requests of `modalities`
+    `factor` times what was measured (a factor under 1: faster), held in `prefill_s`."""
     return [
-        replace(r, prefill_s=r.admission_s * factor, encoder_s=0.0) if r.modality is Modality.IMAGE else r
+        replace(r, prefill_s=r.admission_s * factor, encoder_s=0.0) if r.modality in modalities else r
         for r in records
     ]
