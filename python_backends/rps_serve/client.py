@@ -150,8 +150,10 @@ class StreamClient:
 
     def __init__(self, url: str, silence_timeout_s: float | None = None) -> None:
         import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
 
         self._module = grpcclient
+        self._exception = InferenceServerException
         self.client = grpcclient.InferenceServerClient(url)
         self.results: dict[str, StreamResult] = {}
         self._done: dict[str, threading.Event] = {}
@@ -208,18 +210,26 @@ class StreamClient:
         tensors: Mapping[str, np.ndarray],
         outputs: Sequence[str] | None = None,
     ) -> None:
-        """Send one request; `outputs` names the outputs wanted (default: all the model has)."""
+        """Send one request; `outputs` names the outputs wanted (default: all the model has). On a
+        stream the server has already broken (tritonclient then refuses to send) the request ends at
+        once with that error (the stream's own arrives through the callback, unattributed)."""
         with self._lock:
             self.results[request_id] = StreamResult()
             self._done[request_id] = threading.Event()
             self._heard[request_id] = time.monotonic()
-        self.client.async_stream_infer(
-            model,
-            infer_inputs(self._module, tensors),
-            request_id=request_id,
-            outputs=None if outputs is None else [self._module.InferRequestedOutput(o) for o in outputs],
-            enable_empty_final_response=True,
-        )
+        try:
+            self.client.async_stream_infer(
+                model,
+                infer_inputs(self._module, tensors),
+                request_id=request_id,
+                outputs=None if outputs is None else [self._module.InferRequestedOutput(o) for o in outputs],
+                enable_empty_final_response=True,
+            )
+        except self._exception as error:
+            with self._lock:
+                entry = self.results[request_id]
+                entry.error, entry.done_s = p.attributed(request_id, str(error)), time.monotonic()
+                self._done[request_id].set()
 
     def pending(self) -> list[str]:
         """Requests without a final response (or an error attributed to them) yet."""
