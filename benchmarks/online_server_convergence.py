@@ -16,23 +16,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rps_serve.client import ServedClasses
-from rps_serve.cost.model import Assesses, agreement
+from rps_serve.cost.model import Assesses, agreement, agreement_by_modality
 from rps_serve.cost.training import TrainingOptions, fit_cost_model, train_cost_model
 from rps_serve.loadtest.replay import build_requests, replay
 from rps_serve.loadtest.server_stats import ServedFit, scrape
-from rps_serve.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
+from rps_serve.local.checkout import PROFILES, TINY_MODEL
+from rps_serve.local.repository import online_refit_copy
 from rps_serve.local.server import local_server
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.synthetic import with_slower_admission
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.sim.online import probe_grid
-from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
+from rps_serve.triton.settings import MODEL_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
@@ -99,9 +99,7 @@ def checkpoint(
         sent=sent,
         completed=done,
         agreement=agreement(served, truth, probes),
-        by_modality={
-            m.value: agreement(served, truth, [q for q in probes if q.modality is m]) for m in Modality
-        },
+        by_modality=agreement_by_modality(served, truth, probes),
         updates=fit.updates,
         observed=fit.observed,
         boundary_updates=fit.boundary_updates,
@@ -130,14 +128,8 @@ def main() -> None:
     args = parser.parse_args()
 
     work = args.out.resolve()
-    repository = work / "model_repository"
-    shutil.rmtree(repository, ignore_errors=True)
-    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
+    repository = online_refit_copy(work, args.interval_s)
     wrong_start(repository, args.profile, args.media_speedup)
-    settings_file = repository / SETTINGS_FILE
-    settings = json.loads(settings_file.read_text())
-    settings["cost_model_online"] = {"interval_s": args.interval_s}
-    settings_file.write_text(json.dumps(settings, indent=1))
     configure_cpu_engine_environment(work / "vllm")
 
     probes = probe_grid()

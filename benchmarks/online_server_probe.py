@@ -10,22 +10,19 @@ with on the served model's profile, before the load and after it, and the update
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import time
 from pathlib import Path
 
 from rps_serve.client import ServedClasses
-from rps_serve.cost.model import agreement
+from rps_serve.cost.model import agreement, agreement_by_modality
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.loadtest.replay import build_requests, replay
 from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
-from rps_serve.local.repository import train_reference_cost_models
+from rps_serve.local.repository import online_refit_copy, train_reference_cost_models
 from rps_serve.local.server import local_server
-from rps_serve.requests import Modality
 from rps_serve.sim.online import probe_grid
-from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
+from rps_serve.triton.settings import MODEL_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
@@ -48,14 +45,8 @@ def main() -> None:
     args = parser.parse_args()
 
     work = args.out.resolve()
-    repository = work / "model_repository"
-    shutil.rmtree(repository, ignore_errors=True)
-    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
+    repository = online_refit_copy(work, args.interval_s)
     train_reference_cost_models(repository)
-    settings_file = repository / SETTINGS_FILE
-    settings = json.loads(settings_file.read_text())
-    settings["cost_model_online"] = {"interval_s": args.interval_s}
-    settings_file.write_text(json.dumps(settings, indent=1))
     configure_cpu_engine_environment(work / "vllm")
 
     probes = probe_grid()
@@ -71,10 +62,7 @@ def main() -> None:
         fit = ServedFit.of(scrape(endpoints.metrics_url))
         served = ServedClasses(endpoints.grpc_url)
         after = agreement(served, profile_trained, probes)
-        by_modality = {
-            m.value: agreement(served, profile_trained, [q for q in probes if q.modality is m])
-            for m in Modality
-        }
+        by_modality = agreement_by_modality(served, profile_trained, probes)
     print(f"{replayed.tally}")
     print(f"probe grid ({len(probes)} requests) classed as the profile fit: {before:.0%} before the load,")
     print(f"{after:.0%} after it: " + ", ".join(f"{m} {a:.0%}" for m, a in by_modality.items()))

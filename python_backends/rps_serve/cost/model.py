@@ -81,3 +81,8 @@ def agreement(a: Assesses, b: Assesses, requests: Sequence[RequestFeatures]) -> 
     """Share of `requests` that `a` and `b` put in the same class."""
     levels = [np.array([v.level for v in model.assess(requests)]) for model in (a, b)]
     return float(np.mean(levels[0] == levels[1]))
+
+
+def agreement_by_modality(a: Assesses, b: Assesses, requests: Sequence[RequestFeatures]) -> dict[str, float]:
+    """`agreement` over the requests of each modality, by its name."""
+    return {m.value: agreement(a, b, [r for r in requests if r.modality is m]) for m in Modality}

@@ -3,12 +3,14 @@ served model's profile, trained on) and the tiny model that model.json points to
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 from pathlib import Path
 
-from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, onnx_path
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path
 from rps_serve.cost.training import TrainingOptions, train_cost_model
-from rps_serve.local.checkout import PROFILES
+from rps_serve.local.checkout import PROFILES, REPOSITORY
 from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
@@ -57,3 +59,16 @@ def ensure_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> bool:
     logger.info("building the tiny Qwen2-VL into %s", path)
     build_tiny_model(path, spec or TinyModelSpec())
     return True
+
+
+def online_refit_copy(work: Path, interval_s: float) -> Path:
+    """A fresh copy of the checkout's repository at `work`/model_repository, without its cost models
+    (the caller trains the start it wants), whose `vllm_model` refits them online every `interval_s`."""
+    repository = work / "model_repository"
+    shutil.rmtree(repository, ignore_errors=True)
+    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", REPORT_FILE))
+    settings_file = repository / SETTINGS_FILE
+    settings = json.loads(settings_file.read_text())
+    settings["cost_model_online"] = {"interval_s": interval_s}
+    settings_file.write_text(json.dumps(settings, indent=1))
+    return repository

@@ -17,7 +17,6 @@ term the simulator's optimism comes from.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
+from rps_serve.loadtest.run_analysis import read_run_log
 from rps_serve.requests import Modality
 from rps_serve.sim.timing import TimingModel
 
@@ -108,13 +108,7 @@ def steps_from_records(
 
 def read_steps(path: Path, kv_capacity_tokens: int = CPU_KV_CAPACITY_TOKENS) -> Steps:
     """A run log's timed steps; an unfinished last line (a server killed mid-write) is skipped."""
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return steps_from_records(records, path.stem, kv_capacity_tokens)
+    return steps_from_records(read_run_log(path), path.stem, kv_capacity_tokens)
 
 
 def design(steps: Steps, terms: Sequence[str] = TERM_NAMES) -> np.ndarray:

@@ -33,8 +33,8 @@ def watch_parent(poll_s: float = POLL_S) -> threading.Thread | None:
     thread; elsewhere (an in-process engine, whose parent is the user's shell) do nothing, return None."""
     if multiprocessing.parent_process() is None:
         return None
-    parent = os.getppid()
-    thread = threading.Thread(target=_follow, args=(parent, poll_s), name="rps-parent-watch", daemon=True)
+    args = (os.getpid(), os.getppid(), poll_s)
+    thread = threading.Thread(target=_watch, args=args, name="rps-parent-watch", daemon=True)
     thread.start()
     return thread
 
@@ -43,7 +43,7 @@ def start_parent_watcher(poll_s: float = POLL_S) -> multiprocessing.process.Base
     """Start a watcher process that ends this process and its descendants once this process's parent
     is gone. Daemonic, so that a normal exit of this process ends it too."""
     watcher = multiprocessing.get_context("spawn").Process(
-        target=_watch_from_outside,
+        target=_watch,
         args=(os.getpid(), os.getppid(), poll_s),
         name="rps-parent-watch",
         daemon=True,
@@ -52,14 +52,9 @@ def start_parent_watcher(poll_s: float = POLL_S) -> multiprocessing.process.Base
     return watcher
 
 
-def _follow(parent: int, poll_s: float) -> None:
-    while os.getppid() == parent:
-        time.sleep(poll_s)
-    _say(f"process {os.getpid()}: its parent {parent} is gone; ending it and its children")
-    kill_tree(os.getpid())
-
-
-def _watch_from_outside(watched: int, parent: int, poll_s: float) -> None:
+def _watch(watched: int, parent: int, poll_s: float) -> None:
+    """Until `watched`'s parent is no longer `parent`, then end `watched`'s tree (from a thread of
+    `watched` itself or from another process alike); return if `watched` ends first."""
     while (current := parent_of(watched)) == parent:
         time.sleep(poll_s)
     if current is not None:
