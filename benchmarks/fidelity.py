@@ -3,27 +3,31 @@
 1. `rps-serve profile` the tiny model (engine settings of model.json; skipped when complete);
 2. the rate the server sustains, measured closed-loop on a fresh `rps-serve serve` (as `rps-serve
    demo` measures it), unless `--rate` gives the rates;
-3. per load (`--load-fraction` x that rate): `rps-serve trace` one workload trace, then per policy a
-   fresh `rps-serve serve --policy P` and `rps-serve bench --trace` against it through `rps_ensemble`
-   (its isolated runs, one request at a time, come first);
+3. per load (`--load-fraction` x that rate) and seed (`--seeds`, fixed before the first run and
+   printed): `rps-serve trace` one workload trace, then per policy, in an order that rotates with the
+   seed, a fresh `rps-serve serve --policy P` (its run log kept: `triton.run_log`) and `rps-serve
+   bench --trace` against it through `rps_ensemble` (its isolated runs, one request at a time, first);
 4. a measured simulator profile (`rps_serve.sim.measured`): prefill lines from the profile, decode
    step and front-end cost from the isolated runs of step 3 (no loaded run is used), the front-end
-   workers of model.json;
+   workers and the plug-in's settings of model.json, the aging clock of the served cost model;
 5. `rps-serve simulate --measured measured.json --trace served.jsonl`, where served.jsonl is the trace
    with the token counts the server saw (the bench's prompts, tokenized; the model's media sizes);
-6. error of TTFT mean and P90 per modality and of TPOT mean, simulated against measured, per load:
-   `fidelity.json` and a table.
+6. per row (load, policy, TTFT mean and P90 per modality, TPOT mean), simulated over measured per
+   seed, and over seeds their geometric mean with a 95% t-interval on the logarithms (the seed is the
+   unit, as in `rps_serve.comparison`): `fidelity.json` and a table. Every run is reported.
 
 Placed as `rps-serve demo` places its runs (`loadtest.placement`): the engine's worker on a core of
 its own, this script and everything it starts on the others (`--no-pin`: where the OS puts them).
 
-`python benchmarks/fidelity.py --out out/fidelity` (`make fidelity`); about 15 minutes on 2 cores.
+`python benchmarks/fidelity.py --out out/fidelity` (`make fidelity`); about 40 minutes on 2 cores
+(3 seeds).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -36,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from rps_serve.comparison import log_t_interval
+from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.loadtest.placement import Placement
@@ -44,7 +50,7 @@ from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
-from rps_serve.triton.settings import load_settings
+from rps_serve.triton.settings import RUN_LOG_ENV, load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.request_format import RequestFormat
@@ -73,13 +79,19 @@ def _profile(out: Path, repeats: int) -> Path:
     return path
 
 
+RUN_LOG = "run-log.jsonl"  # in a server's workdir
+
+
 @contextmanager
 def _serve(policy: str, workdir: Path) -> Iterator[str]:
-    """`rps-serve serve --policy` in the background, its gRPC address while it runs."""
+    """`rps-serve serve --policy` in the background, its run log in `workdir`; its gRPC address while
+    it runs."""
     command = [*CLI, "serve", "--policy", policy, "--workdir", str(workdir),
                "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
     print("$", " ".join(["rps-serve", *command[1:]]), "&", flush=True)
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, RUN_LOG_ENV: str(workdir / RUN_LOG)}
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
     try:
         url = None
         assert server.stdout is not None
@@ -163,6 +175,12 @@ def measured_profile(
         rps_chunk_cap_tokens=int(settings.rps.get("chunk_cap_tokens", RPSConfig().chunk_cap_tokens)),
         cost_profile=DEFAULT_REFERENCE,
         front_end_workers=settings.front_end_workers,
+        rps_decode_hold_s=float(settings.rps.get("decode_hold_s", RPSConfig().decode_hold_s)),
+        rps_decode_hold_media_only=bool(
+            settings.rps.get("decode_hold_media_only", RPSConfig().decode_hold_media_only)
+        ),
+        rps_max_preemptions=int(settings.rps.get("max_preemptions", RPSConfig().max_preemptions)),
+        aging_time_scale=aging_time_scale(REPOSITORY),
     )
     front = front_end_seconds(draft.deployment(), repeated, _isolated(reports, isolated, "ttft_s"))
     return MeasuredProfile(**{**draft.__dict__, "front_end_s": front})
@@ -185,7 +203,10 @@ COMPARED = [
 ]
 
 
-def compare(load: str, bench: dict[str, dict[str, Any]], simulated: dict[str, Any]) -> list[dict[str, Any]]:
+def compare(
+    load: str, seed: int, bench: dict[str, dict[str, Any]], simulated: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per policy and compared metric of one seed's runs."""
     rows = []
     for policy, report in bench.items():
         for group, name, metric, stat in COMPARED:
@@ -197,6 +218,7 @@ def compare(load: str, bench: dict[str, dict[str, Any]], simulated: dict[str, An
             rows.append(
                 {
                     "load": load,
+                    "seed": seed,
                     "policy": policy,
                     "what": f"{name or 'all'} {metric}",
                     "stat": stat,
@@ -213,7 +235,7 @@ def _sustained_rate(out: Path, args: argparse.Namespace, limits: ContentLimits) 
     """Completed requests per second of a fresh server with 16 requests always in flight."""
     workdir = out / "server-capacity"
     with _serve("fcfs", workdir) as url:
-        requests = request_stream(args.mix, RequestFormat.of_model(TINY_MODEL), args.seed, args.seed, limits)
+        requests = request_stream(args.mix, RequestFormat.of_model(TINY_MODEL), 0, 0, limits)
         capacity = measure_capacity(url, requests, args.calibrate_s)
     print(
         f"sustained {capacity.rate:.2f} req/s ({capacity.completed} in {capacity.duration_s:g} s)", flush=True
@@ -227,17 +249,19 @@ def _measure_load(
     name: str,
     out: Path,
     rate: float,
+    seed: int,
     args: argparse.Namespace,
     limits: ContentLimits,
     profile: Path,
     policies: list[str],
 ) -> list[dict[str, Any]]:
-    """One trace at `rate` on the real server under every policy and in the simulator; the rows."""
+    """One trace of `seed` at `rate` on the real server under every policy (in the order given) and in
+    the simulator; the rows."""
     out.mkdir(parents=True, exist_ok=True)
     trace_file = out / "trace.jsonl"
     _run([*CLI, "trace", "--mix", args.mix, "--rate", f"{rate:.3f}", "--requests", str(args.requests),
-          "--seed", str(args.seed), "--out", str(trace_file)])  # fmt: skip
-    bench_args = ["--trace", str(trace_file), "--seed", str(args.seed), "--isolated", str(args.isolated),
+          "--seed", str(seed), "--out", str(trace_file)])  # fmt: skip
+    bench_args = ["--trace", str(trace_file), "--seed", str(seed), "--isolated", str(args.isolated),
                   "--max-text-tokens", str(limits.max_text_tokens),
                   "--max-output-tokens", str(limits.max_output_tokens)]  # fmt: skip
     bench = {}
@@ -249,18 +273,51 @@ def _measure_load(
 
     trace = read_trace(trace_file)
     request_format = RequestFormat.of_model(TINY_MODEL)
-    served = served_trace(trace, request_format, limits, args.seed)
+    served = served_trace(trace, request_format, limits, seed)
     served_file = out / "served.jsonl"
     write_trace(served_file, served)
     subset = subset_trace(trace, isolated_rows(trace, args.isolated))
-    isolated = served_trace(subset, request_format, limits, args.seed + ISOLATED_SEED_OFFSET)
+    isolated = served_trace(subset, request_format, limits, seed + ISOLATED_SEED_OFFSET)
     measured = measured_profile(profile, list(bench.values()), isolated, "tiny-qwen2-vl-cpu")
     profile_file = out / "measured.json"
     profile_file.write_text(json.dumps(measured.to_json(), indent=1) + "\n")
     simulated_file = out / "simulate.json"
     _run([*CLI, "simulate", "--measured", str(profile_file), "--trace", str(served_file), "--seed", "0",
           "--policies", ",".join(policies), "--json", str(simulated_file)])  # fmt: skip
-    return compare(name, bench, json.loads(simulated_file.read_text()))
+    return compare(name, seed, bench, json.loads(simulated_file.read_text()))
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (load, policy, metric, stat): simulated over measured per seed, their geometric mean and
+    95% t-interval over seeds (None where fewer than two seeds have both values)."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["load"], row["policy"], row["what"], row["stat"]), []).append(row)
+    summary = []
+    for (load, policy, what, stat), seeds in groups.items():
+        ratios = [r["error"] + 1 for r in seeds if r["error"] is not None]
+        estimate, low, high = log_t_interval(ratios) if len(ratios) >= 2 else (math.nan,) * 3
+        summary.append(
+            {
+                "load": load,
+                "policy": policy,
+                "what": what,
+                "stat": stat,
+                "seeds": len(ratios),
+                "ratios": ratios,
+                "ratio": None if math.isnan(estimate) else estimate,
+                "interval": None if math.isnan(estimate) else [low, high],
+                "within_15": None if math.isnan(estimate) else abs(estimate - 1) <= 0.15,
+                "interval_within_15": None if math.isnan(estimate) else low >= 0.85 and high <= 1.15,
+            }
+        )
+    return summary
+
+
+def rotated(policies: list[str], index: int) -> list[str]:
+    """The policies in the order seed number `index` runs them: rotated by one each seed."""
+    shift = index % len(policies)
+    return policies[shift:] + policies[:shift]
 
 
 def main() -> int:
@@ -276,7 +333,7 @@ def main() -> int:
     parser.add_argument("--calibrate-s", type=float, default=60.0, help="how long to measure the rate")
     parser.add_argument("--requests", type=int, default=150)
     parser.add_argument(
-        "--seed", type=int, default=0, help="trace and content (0: the server's cost-model seed)"
+        "--seeds", default="0,1,2", help="trace and content seeds, comma-separated (fixed before a run)"
     )
     parser.add_argument("--max-output-tokens", type=int, default=64)
     parser.add_argument("--isolated", type=int, default=5, help="isolated requests per modality per server")
@@ -300,6 +357,8 @@ def main() -> int:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    print(f"seeds {seeds} (fixed before the first run), policies {policies}", flush=True)
     profile = _profile(out, args.profile_repeats)
     limits = ContentLimits(max_text_tokens=4096, max_output_tokens=args.max_output_tokens)
     if args.rate:
@@ -309,25 +368,36 @@ def main() -> int:
         loads = {f"{float(f):g}x": float(f) * sustained for f in args.load_fraction.split(",")}
     rows = []
     for name, rate in loads.items():
-        print(f"\nload {name}: {rate:.2f} req/s", flush=True)
-        folder = out / f"load-{rate:.2f}"
-        rows += _measure_load(name, folder, rate, args, limits, profile, policies)
+        for index, seed in enumerate(seeds):
+            order = rotated(policies, index)
+            print(f"\nload {name}: {rate:.2f} req/s, seed {seed}, policies in order {order}", flush=True)
+            folder = out / f"load-{rate:.2f}" / f"seed-{seed}"
+            rows += _measure_load(name, folder, rate, seed, args, limits, profile, order)
+    summary = summarize(rows)
+    settings = vars(args) | {"out": str(out), "seeds": seeds}
     (out / "fidelity.json").write_text(
-        json.dumps({"settings": vars(args) | {"out": str(out)}, "loads": loads, "rows": rows}, indent=1)
-        + "\n"
+        json.dumps({"settings": settings, "loads": loads, "rows": rows, "summary": summary}, indent=1) + "\n"
     )
     print(
-        f"{'load':<8} {'policy':<6} {'what':<10} {'stat':<4} {'n':>4} {'measured s':>10} {'simulated s':>11}"
-        f" {'error':>7}"
+        f"{'load':<8} {'seed':>4} {'policy':<6} {'what':<10} {'stat':<4} {'n':>4} {'measured s':>10}"
+        f" {'simulated s':>11} {'error':>7}"
     )
     for r in rows:
         error = "-" if r["error"] is None else f"{r['error']:+.0%}"
         measured_s = "-" if r["measured_s"] is None else f"{r['measured_s']:.3f}"
         simulated_s = "-" if r["simulated_s"] is None else f"{r['simulated_s']:.3f}"
         print(
-            f"{r['load']:<8} {r['policy']:<6} {r['what']:<10} {r['stat']:<4} {r['count']:>4} {measured_s:>10}"
-            f" {simulated_s:>11} {error:>7}"
+            f"{r['load']:<8} {r['seed']:>4} {r['policy']:<6} {r['what']:<10} {r['stat']:<4} {r['count']:>4}"
+            f" {measured_s:>10} {simulated_s:>11} {error:>7}"
         )
+    print(f"\nsimulated / measured over {len(seeds)} seeds (geometric mean, 95% interval):")
+    for r in summary:
+        shown = (
+            "-"
+            if r["ratio"] is None
+            else f"{r['ratio']:.2f} [{r['interval'][0]:.2f}, {r['interval'][1]:.2f}]"
+        )
+        print(f"{r['load']:<8} {r['policy']:<6} {r['what']:<10} {r['stat']:<4} n={r['seeds']} {shown}")
     print(f"wrote {out / 'fidelity.json'}")
     return 0
 

@@ -25,7 +25,7 @@ from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.profiles.synthetic import reference_profile, with_slower_images
 from rps_serve.requests import Modality
-from rps_serve.sim.measured import with_chunk_cap
+from rps_serve.sim.measured import as_served
 from rps_serve.sim.online import Observation, arrivals_until_agreed, online_levels, probe_grid
 from rps_serve.sim.run import SimulationConfig, class_levels, device_profile
 from rps_serve.sim.simulator import policy_variant, simulate
@@ -95,7 +95,7 @@ def main() -> None:
         true_levels = class_levels(trace, truth)
         settled = arrivals_until_agreed(online.levels, true_levels, AGREED, WINDOW)
         before = slice(0, settled if settled is not None else len(trace))
-        variant = with_chunk_cap(policy_variant("rps"), deployment)
+        variant = as_served(policy_variant("rps"), deployment)
         sand = true_levels == 0
         for name, levels in (
             ("online", online.levels),

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable, Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, MutableMapping, MutableSet
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-R = TypeVar("R")
+from rps_serve.scheduling.queues import ClassQueues
+
+R = TypeVar("R", bound=Hashable)
 
 
 @dataclass
@@ -68,12 +71,17 @@ class DecodeHolds(Generic[R]):
     decides each request once in its life and checks one hold per cohort in force, not one per
     waiting request. The queue keeps a cohort's requests together (a group, by its key) while its
     hold is in force. `checks` counts holds decided and checked, for tests that show the work.
+
+    Requests are remembered weakly (a finished request leaves without a call), unless `weak` is
+    False: the simulator's requests are integers, which cannot be referenced weakly.
     """
 
-    def __init__(self, max_hold_s: float, num_levels: int) -> None:
+    def __init__(self, max_hold_s: float, num_levels: int, weak: bool = True) -> None:
         self.max_hold_s = max_hold_s
-        self._cohorts: weakref.WeakKeyDictionary[R, _Cohort | None] = weakref.WeakKeyDictionary()
-        self._undecided: list[weakref.WeakSet[R]] = [weakref.WeakSet() for _ in range(num_levels)]
+        self._cohorts: MutableMapping[R, _Cohort | None] = weakref.WeakKeyDictionary() if weak else {}
+        self._undecided: list[MutableSet[R]] = [
+            weakref.WeakSet() if weak else set() for _ in range(num_levels)
+        ]
         self._active: list[list[_Cohort]] = [[] for _ in range(num_levels)]
         self._in_force: set[int] = set()
         self._keys = itertools.count()
@@ -137,3 +145,25 @@ class DecodeHolds(Generic[R]):
     def in_force(self, group: Hashable) -> bool:
         """Whether the requests of `group` sit out the current step."""
         return group in self._in_force
+
+    @contextmanager
+    def applied(
+        self, queues: ClassQueues[R], running: Callable[[], Mapping[Hashable, int]], now: float
+    ) -> Iterator[int]:
+        """For one step of an engine whose waiting requests are `queues` and which runs `running()`
+        (request key -> class level, asked for only when a hold is pending): the held requests sit
+        out, as parked groups `queues` skips whole; yields how many sit out. The vLLM plug-in and the
+        simulator both call this, so they hold the same requests at the same steps."""
+        classes = running() if self.pending() and queues else None
+        if not classes:
+            yield 0
+            return
+        begun, ended = self.step(classes, now, queues.__contains__)
+        for group in ended:
+            queues.unpark(group)
+        for group, requests in begun:
+            queues.park(requests, group)
+        try:
+            yield queues.skip_groups(self.in_force)
+        finally:
+            queues.unskip()

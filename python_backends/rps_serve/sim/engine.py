@@ -12,7 +12,8 @@ Each step, as vLLM V1 does it:
    step, for the head only, as the plug-in evicts before it hands the step to vLLM;
    in both phases a prefill chunk is also limited by vLLM's `long_prefill_token_threshold`, which the
    class-aware chunk cap sets for the step (`prefill_chunk_cap`, as the vLLM plug-in does) while the
-   best waiting request is of a lighter class than a running prefill;
+   best waiting request is of a lighter class than a running prefill; with a decode hold
+   (`scheduling.holding`, as the plug-in configures it) held requests sit both phases out;
 3. the step takes the timing model's time; a request whose known tokens are all computed samples one
    token; finished requests free their blocks.
 Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
@@ -27,12 +28,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from rps_serve.scheduling.chunking import prefill_chunk_cap
+from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.sim.timing import TimingModel
@@ -79,7 +82,7 @@ class StepRecord:
     """What one step did; handed to an observer (tests, traces, a router's view of the replica).
 
     `first_token_ids` and `finished_ids`: the requests that sampled their first token, and those that
-    finished, at the end of the step.
+    finished, at the end of the step; `scheduled`: (request, tokens) of every request the step ran.
     """
 
     start_s: float
@@ -92,6 +95,7 @@ class StepRecord:
     preemptions: int
     first_token_ids: tuple[int, ...] = ()
     finished_ids: tuple[int, ...] = ()
+    scheduled: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,12 @@ class Engine:
         rule: PreemptionRule | None,
         chunk_cap_tokens: int = 0,
         observer: Callable[[StepRecord], None] | None = None,
+        holds: DecodeHolds[int] | None = None,
+        hold_exempt: np.ndarray | None = None,
     ) -> None:
+        """`holds`: the decode hold, None without one; `hold_exempt[i]`: request i is never held."""
         self.work, self.config, self.timing = work, config, timing
+        self.holds = holds
         self.queues, self.rule, self.chunk_cap_tokens, self.observer = (
             queues,
             rule,
@@ -157,6 +165,7 @@ class Engine:
         self._arrival = work.arrival_s.tolist()
         self._encoder = work.encoder_s.tolist()
         self._visual = np.where(work.encoder_s > 0, work.modality_tokens, 0).tolist()
+        self._exempt = [False] * n if hold_exempt is None else hold_exempt.tolist()
 
     # --- preemption ---------------------------------------------------------------------------
 
@@ -166,7 +175,13 @@ class Engine:
         self.computed[request] = 0
         self.preemptions[request] += 1
         self.preemption_count += 1
-        self.queues.add(request, self._level[request], self._arrival[request])
+        self._enqueue(request)
+
+    def _enqueue(self, request: int) -> None:
+        """Into the waiting queue, in the group of its decode hold while one holds it."""
+        level = self._level[request]
+        group = None if self.holds is None else self.holds.arrived(request, level, self._exempt[request])
+        self.queues.add(request, level, self._arrival[request], group)
 
     def _running_scores(self, ids: np.ndarray) -> np.ndarray:
         """Scores of running requests as if they were waiting since arrival."""
@@ -316,20 +331,34 @@ class Engine:
         best = self._level[self.queues.peek()]
         return prefill_chunk_cap([best], prefilling.tolist(), self.chunk_cap_tokens)
 
+    @contextmanager
+    def _holding(self) -> Iterator[None]:
+        """For one step, the requests in a decode hold sit out, as in the plug-in (which skips the
+        hold when every sequence slot is taken: no waiting request could start then)."""
+        if self.holds is None or len(self.running) >= self.config.max_num_seqs:
+            yield
+            return
+        with self.holds.applied(self.queues, self._running_levels, self.now):
+            yield
+
+    def _running_levels(self) -> Mapping[Hashable, int]:
+        return {request: self._level[request] for request in self.running.tolist()}
+
     def step(self) -> float:
         """Schedule and run one step; returns its duration (0 when nothing could run)."""
         self.queues.begin_iteration()
-        self._chunk_limit = self._step_chunk_limit()
         preemptions_before = self.preemption_count
-        alloc, preempted = self._schedule_running()
-        self._preempted_last = preempted
         admitted: list[int] = []
         tokens: list[int] = []
-        if not preempted:
-            budget = self.config.max_num_batched_tokens - int(alloc.sum())
-            admitted, tokens, removed = self._schedule_waiting(budget, alloc)
-            if removed.any():
-                self.running, alloc = self.running[~removed], alloc[~removed]
+        with self._holding():
+            self._chunk_limit = self._step_chunk_limit()
+            alloc, preempted = self._schedule_running()
+            self._preempted_last = preempted
+            if not preempted:
+                budget = self.config.max_num_batched_tokens - int(alloc.sum())
+                admitted, tokens, removed = self._schedule_waiting(budget, alloc)
+                if removed.any():
+                    self.running, alloc = self.running[~removed], alloc[~removed]
         ids = np.concatenate([self.running, np.array(admitted, dtype=np.int64)])
         alloc = np.concatenate([alloc, np.array(tokens, dtype=np.int64)])
         scheduled = alloc > 0
@@ -375,13 +404,14 @@ class Engine:
                     preemptions=self.preemption_count - preemptions_before,
                     first_token_ids=tuple(first.tolist()),
                     finished_ids=tuple(done.tolist()),
+                    scheduled=tuple(zip(ids[scheduled].tolist(), alloc[scheduled].tolist(), strict=True)),
                 )
             )
         return duration
 
     def add(self, request: int) -> None:
         """Hand request `request` (an index into `work`) to the waiting queue at the engine's current time."""
-        self.queues.add(request, self._level[request], self._arrival[request])
+        self._enqueue(request)
 
     def _has_work(self) -> bool:
         return bool(self.running.size) or bool(self.queues)

@@ -10,7 +10,9 @@ Built from two kinds of isolated runs, never from a loaded run:
   (gRPC, ensemble steps, media decoding, vLLM's input processing) is what the server's isolated
   TTFT adds to the engine's, per modality, modelled as the server's front-end workers
   (`front_end_workers`), class-ordered under the class-aware policies as in `vllm_model`.
-The cost model is the one the server's repository was trained from (`cost_profile`).
+The cost model is the one the server's repository was trained from (`cost_profile`); the plug-in's
+settings are the served model.json's (chunk cap, decode hold, evictions per request), its aging clock
+its cost model's.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import FRONT_END_WORKERS
+from rps_serve.scheduling.preemption import MAX_PREEMPTIONS
 from rps_serve.sim.frontend import PreprocessCosts
 from rps_serve.sim.hardware import ModelSpec
 from rps_serve.sim.simulator import Deployment, PolicyVariant
@@ -43,11 +46,14 @@ LINE_QUANTILE = 0.25
 @dataclass(frozen=True)
 class MeasuredDeployment(Deployment):
     """A `Deployment` whose decode step and KV capacity were measured rather than derived from GPU
-    bandwidth and memory; RPS runs with the plug-in's prefill chunk cap."""
+    bandwidth and memory; RPS runs with the served plug-in's settings (`as_served`)."""
 
     decode_step_s: float = 0.0
     kv_token_s: float = 0.0
     rps_chunk_cap_tokens: int = 0
+    rps_decode_hold_s: float = 0.0
+    rps_decode_hold_media_only: bool = False
+    rps_max_preemptions: int = MAX_PREEMPTIONS
 
     def timing(self, gpus: int) -> TimingModel:
         return replace(super().timing(gpus), decode_step_s=self.decode_step_s, kv_token_s=self.kv_token_s)
@@ -68,6 +74,10 @@ class MeasuredProfile:
     rps_chunk_cap_tokens: int
     cost_profile: str
     front_end_workers: int = FRONT_END_WORKERS
+    rps_decode_hold_s: float = 0.0
+    rps_decode_hold_media_only: bool = False
+    rps_max_preemptions: int = MAX_PREEMPTIONS
+    aging_time_scale: float = 1.0
 
     def deployment(self) -> MeasuredDeployment:
         front = self.front_end_s
@@ -95,6 +105,10 @@ class MeasuredProfile:
             kv_token_s=self.kv_token_s,
             kv_capacity_tokens=self.kv_capacity_tokens,
             rps_chunk_cap_tokens=self.rps_chunk_cap_tokens,
+            rps_decode_hold_s=self.rps_decode_hold_s,
+            rps_decode_hold_media_only=self.rps_decode_hold_media_only,
+            rps_max_preemptions=self.rps_max_preemptions,
+            aging_time_scale=self.aging_time_scale,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -166,15 +180,17 @@ def decode_costs(context_tokens: np.ndarray, tpot_s: np.ndarray, token_s: float)
     return max(line.intercept - token_s, 0.0), max(line.slope, 0.0)
 
 
-def with_chunk_cap(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
-    """A policy of the plug-in on a measured stack runs with the served plug-in's chunk cap, as the
-    plug-in applies it (under every policy of its own that orders by class; stock vLLM has none)."""
+def as_served(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
+    """A policy of the plug-in on a measured stack runs with the served plug-in's chunk cap, decode
+    hold and eviction limit, as the plug-in applies them (under every policy of its own that orders
+    by class; stock vLLM has none of them)."""
     row = variant.policy.row
-    if (
-        isinstance(deployment, MeasuredDeployment)
-        and row.by_class
-        and not row.stock
-        and not variant.chunk_cap_tokens
-    ):
-        return replace(variant, chunk_cap_tokens=deployment.rps_chunk_cap_tokens)
-    return variant
+    if not isinstance(deployment, MeasuredDeployment) or not row.by_class or row.stock:
+        return variant
+    return replace(
+        variant,
+        chunk_cap_tokens=variant.chunk_cap_tokens or deployment.rps_chunk_cap_tokens,
+        decode_hold_s=variant.decode_hold_s or deployment.rps_decode_hold_s,
+        decode_hold_media_only=variant.decode_hold_media_only or deployment.rps_decode_hold_media_only,
+        max_preemptions=deployment.rps_max_preemptions,
+    )

@@ -21,7 +21,7 @@ from rps_serve.requests import Modality
 from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
 from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import Execution, model_spec
-from rps_serve.sim.measured import read_measured_profile, with_chunk_cap
+from rps_serve.sim.measured import as_served, read_measured_profile
 from rps_serve.sim.online import trace_features
 from rps_serve.sim.routing import Routing
 from rps_serve.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
@@ -152,7 +152,7 @@ def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
 def run_policy(
     setup: SimulationSetup, name: str, observer: Callable[[StepRecord], None] | None = None
 ) -> SimOutcome:
-    variant = with_chunk_cap(policy_variant(name), setup.deployment)
+    variant = as_served(policy_variant(name), setup.deployment)
     if variant.naive_classes:
         return simulate(
             setup.trace, setup.naive_levels, ModalityClasses.num_classes, variant, setup.deployment, observer

@@ -10,8 +10,9 @@ import numpy as np
 from rps_serve.metrics import RequestRecords
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
-from rps_serve.scheduling.parameters import Policy, class_ladder
-from rps_serve.scheduling.preemption import PreemptionRule
+from rps_serve.scheduling.holding import DecodeHolds
+from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
+from rps_serve.scheduling.preemption import MAX_PREEMPTIONS, PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
 from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
@@ -33,6 +34,9 @@ class PolicyVariant:
     `evicts`: a waiting request may evict a running one where the policy's `PreemptionRule` allows;
     False leaves only vLLM's own preemption of a running request that cannot grow (the ablation
     `rps-no-evict`: what the evictions cost in recomputed prefills).
+    `decode_hold_s`, `decode_hold_media_only`: the plug-in's decode hold (`scheduling.holding`), in
+    the paper's seconds on the aging clock; 0: off, as in the paper's policies.
+    `max_preemptions`: the evictions one request may suffer for waiting ones (`PreemptionRule`).
     """
 
     name: str
@@ -41,6 +45,9 @@ class PolicyVariant:
     modserve: bool = False
     chunk_cap_tokens: int = 0
     evicts: bool = True
+    decode_hold_s: float = 0.0
+    decode_hold_media_only: bool = False
+    max_preemptions: int = MAX_PREEMPTIONS
 
 
 # The `rps-cap` chunk cap for the simulated H100 engine (8,192-token steps).
@@ -71,7 +78,8 @@ class Deployment:
     """A model on `gpus` H100s behind vLLM in `execution` mode, with its isolated prefill lines measured
     (in graph mode) on `profile_gpus`. `kv_capacity_tokens`: the LLM engine's KV cache in tokens where
     it is set (vLLM's `num_gpu_blocks_override` times the block size, as a KV-pressure run sets it),
-    else what the GPUs' memory leaves after the weights."""
+    else what the GPUs' memory leaves after the weights. `aging_time_scale`: the policies' clock as
+    a multiple of the paper's seconds (the plug-in's, from its cost model's report)."""
 
     spec: ModelSpec
     gpus: int
@@ -84,6 +92,7 @@ class Deployment:
     block_size: int = 16
     execution: Execution = Execution.GRAPH
     kv_capacity_tokens: int | None = None
+    aging_time_scale: float = 1.0
 
     def timing(self, gpus: int) -> TimingModel:
         return timing_from_lines(self.lines, self.spec, gpus, self.profile_gpus, self.gpu, self.execution)
@@ -181,9 +190,15 @@ def engine_for(
     """The LLM engine of the requests of `trace` on `gpus` of the deployment's GPUs under `variant`,
     with `encoder_s` of vision encoding charged to its steps; its Queue Manager reads the engine's clock."""
     clock = _EngineClock()
-    queues: ClassQueues[int] = ClassQueues(
-        PriorityRegulator(variant.policy, class_ladder(num_levels)), clock=clock
-    )
+    scale = deployment.aging_time_scale
+    ladder = in_time_units(class_ladder(num_levels), scale)
+    queues: ClassQueues[int] = ClassQueues(PriorityRegulator(variant.policy, ladder), clock=clock)
+    holds, exempt = None, None
+    if variant.decode_hold_s and variant.policy.row.by_class:
+        holds = DecodeHolds[int](variant.decode_hold_s * scale, num_levels, weak=False)
+        # The plug-in exempts a request without encoder inputs in the engine: a text, and under
+        # modserve every request (other GPUs encode the media).
+        exempt = variant.decode_hold_media_only & ((trace.modality_tokens == 0) | variant.modserve)
     engine = Engine(
         EngineWork(
             ready_s=ready_s,
@@ -197,9 +212,11 @@ def engine_for(
         deployment.engine_config(gpus),
         deployment.timing(gpus),
         queues,
-        PreemptionRule.for_policy(variant.policy) if variant.evicts else None,
+        PreemptionRule.for_policy(variant.policy, variant.max_preemptions) if variant.evicts else None,
         variant.chunk_cap_tokens,
         observer,
+        holds,
+        exempt,
     )
     clock.engine = engine
     return engine

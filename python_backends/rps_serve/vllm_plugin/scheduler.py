@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -175,22 +175,16 @@ class _RPSMixin(Scheduler):
         """For one `schedule()`, waiting requests in a decode hold (`scheduling.holding`) sit out: the
         queue keeps each cohort of holds together and skips it whole while its hold is in force, so
         the step's work follows the cohorts, not the queue's length. None with the hold off."""
-        holds = self._decode_holds
-        if holds is None or not holds.pending() or not self.waiting or not self.running:
+        if self._decode_holds is None:
             yield
             return
-        running = {r.request_id: self.waiting.level(r) for r in self.running}
-        classes = self.waiting.classes
-        begun, ended = holds.step(running, time.monotonic(), classes.__contains__)
-        for group in ended:
-            classes.unpark(group)
-        for group, requests in begun:
-            classes.park(requests, group)
-        self.holds += classes.skip_groups(holds.in_force)
-        try:
+
+        def running() -> Mapping[Hashable, int]:
+            return {r.request_id: self.waiting.level(r) for r in self.running}
+
+        with self._decode_holds.applied(self.waiting.classes, running, time.monotonic()) as held:
+            self.holds += held
             yield
-        finally:
-            classes.unskip()
 
     def _contenders(self, requests: list[Request]) -> list[Contender]:
         """`requests` as the preemption rule sees them, scored in one vectorized call."""

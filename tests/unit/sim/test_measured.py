@@ -15,10 +15,10 @@ from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import (
     MeasuredProfile,
+    as_served,
     decode_costs,
     front_end_seconds,
     robust_lines,
-    with_chunk_cap,
 )
 from rps_serve.sim.simulator import policy_variant
 from rps_serve.workload.mixes import mix_by_name
@@ -63,6 +63,9 @@ def _profile(front: dict[Modality, float]) -> MeasuredProfile:
         max_num_seqs=256,
         rps_chunk_cap_tokens=256,
         cost_profile="llava-onevision-qwen2-7b",
+        rps_decode_hold_s=0.125,
+        rps_decode_hold_media_only=True,
+        aging_time_scale=2.5,
     )
 
 
@@ -100,14 +103,18 @@ def test_front_end_is_what_the_server_adds_to_the_engine() -> None:
     assert _profile(front).deployment().isolated_ttft_s(trace) == pytest.approx(engine + added)
 
 
-def test_profile_round_trips_and_class_aware_policies_get_the_plug_ins_chunk_cap() -> None:
+def test_profile_round_trips_and_class_aware_policies_run_as_the_plug_in_serves_them() -> None:
     profile = _profile({Modality.TEXT: 0.03, Modality.IMAGE: 0.1, Modality.VIDEO: 0.2})
     assert MeasuredProfile.from_json(json.loads(json.dumps(profile.to_json()))) == profile
     deployment = profile.deployment()
-    assert with_chunk_cap(policy_variant("rps"), deployment).chunk_cap_tokens == 256
-    assert with_chunk_cap(policy_variant("static"), deployment).chunk_cap_tokens == 256  # as the plug-in
-    for stock in ("fcfs", "vllm-priority"):  # vLLM's own scheduler: no cap
-        assert with_chunk_cap(policy_variant(stock), deployment).chunk_cap_tokens == 0
+    assert deployment.aging_time_scale == 2.5
+    for name in ("rps", "static"):  # every policy of the plug-in's own that orders by class
+        served = as_served(policy_variant(name), deployment)
+        assert served.chunk_cap_tokens == 256
+        assert served.decode_hold_s == 0.125 and served.decode_hold_media_only
+    for stock in ("fcfs", "vllm-priority"):  # vLLM's own scheduler: no cap, no hold
+        served = as_served(policy_variant(stock), deployment)
+        assert served.chunk_cap_tokens == 0 and served.decode_hold_s == 0
     timing = deployment.timing(1)
     assert timing.decode_step_s == 0.004 and timing.kv_token_s == 5e-7
     assert deployment.engine_config(1).kv_capacity_tokens == 200_000

@@ -21,18 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm.multimodal.inputs import PlaceholderRange
-from vllm.v1.outputs import ModelRunnerOutput
-from vllm.v1.request import Request, RequestStatus
+from vllm.v1.request import RequestStatus
 
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY, RPSConfig
+from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.queue import ClassRequestQueue
 from rps_serve.vllm_plugin.scheduler import RPSAsyncScheduler, RPSScheduler
-from tests.unit.vllm_plugin.model_free import create_request, create_scheduler, write_opt_model
+from tests.unit.vllm_plugin.model_free import classed_request, create_scheduler, feed, write_opt_model
 
 SAND, ROCK = 0, 2
-NUM_CLASSES = 3  # the modality classifier's: text, image, video
 BLOCK_SIZE = 16  # create_scheduler's
 ROCK_BLOCKS = 12
 
@@ -71,47 +68,16 @@ def build(opt_model: Path, async_scheduling: bool) -> Build:
     return scheduler
 
 
-def _request(
-    request_id: str, level: int, tokens: int, max_tokens: int = 16, image_tokens: int = 0
-) -> Request:
-    """A request whose caller supplies its class, as the Triton ensemble does; with `image_tokens`,
-    an image's placeholders at the start of its prompt (its prefill then runs the encoder)."""
-    positions = [PlaceholderRange(offset=0, length=image_tokens)] if image_tokens else None
-    request = create_request(request_id, tokens, max_tokens, positions)
-    request.sampling_params.extra_args = {EXTRA_ARGS_KEY: {"class_level": level, "num_classes": NUM_CLASSES}}
-    return request
-
-
-def _feed(scheduler: Any, output: Any) -> None:
-    """One sampled token for every request whose prompt the step completed, none for partial prefills."""
-    ids = list(output.num_scheduled_tokens)
-    sampled = []
-    for request_id in ids:
-        request = scheduler.requests[request_id]
-        sampled.append([0] if request.num_computed_tokens >= request.num_prompt_tokens else [])
-    scheduler.update_from_output(
-        output,
-        ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={request_id: i for i, request_id in enumerate(ids)},
-            sampled_token_ids=sampled,
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-        ),
-    )
-
-
 def test_every_waiting_queue_call_lands_in_the_class_queue(build: Build) -> None:
     scheduler = build()
     assert isinstance(scheduler.waiting, ClassRequestQueue)
-    rock, sand = _request("rock", ROCK, 100), _request("sand", SAND, 20)
+    rock, sand = classed_request("rock", ROCK, 100), classed_request("sand", SAND, 20)
     scheduler.add_request(rock)
     scheduler.add_request(sand)
     assert list(scheduler.waiting) == [sand, rock] and sand.priority == SAND and rock.priority == ROCK
     output = scheduler.schedule()
     assert set(output.num_scheduled_tokens) == {"sand", "rock"} and not scheduler.waiting
-    _feed(scheduler, output)
+    feed(scheduler, output)
     scheduler.running.remove(rock)  # as the plug-in's eviction does before preempting
     scheduler._preempt_request(rock, 0.0)
     assert list(scheduler.waiting) == [rock]
@@ -124,26 +90,26 @@ def test_a_prefill_set_aside_sits_out_one_step(build: Build) -> None:
     """With `yield_prefills`, a rock part-way through its prefill leaves the step to sand that
     outranks it: `schedule()` must read `self.running` and the slot limits at each call."""
     scheduler = build(yield_prefills=True)
-    scheduler.add_request(_request("rock", ROCK, 2000))
+    scheduler.add_request(classed_request("rock", ROCK, 2000))
     first = scheduler.schedule()
     assert first.num_scheduled_tokens == {"rock": 256}
-    _feed(scheduler, first)
-    scheduler.add_request(_request("sand", SAND, 20))
+    feed(scheduler, first)
+    scheduler.add_request(classed_request("sand", SAND, 20))
     second = scheduler.schedule()
     assert second.num_scheduled_tokens == {"sand": 20}
     assert scheduler.yielded == 1 and [r.request_id for r in scheduler.running] == ["rock", "sand"]
-    _feed(scheduler, second)
+    feed(scheduler, second)
     assert "rock" in scheduler.schedule().num_scheduled_tokens
 
 
 def test_the_prefill_threshold_is_read_at_every_step(build: Build) -> None:
     """With `chunk_cap_tokens`, the rock's chunk is capped while sand waits behind it."""
     scheduler = build(chunk_cap_tokens=64)
-    scheduler.add_request(_request("rock", ROCK, 2000))
+    scheduler.add_request(classed_request("rock", ROCK, 2000))
     first = scheduler.schedule()
     assert first.num_scheduled_tokens == {"rock": 256}
-    _feed(scheduler, first)
-    scheduler.add_request(_request("sand", SAND, 20))
+    feed(scheduler, first)
+    scheduler.add_request(classed_request("sand", SAND, 20))
     assert scheduler.schedule().num_scheduled_tokens == {"rock": 64, "sand": 20}
     assert scheduler.scheduler_config.long_prefill_token_threshold == 0  # restored after the step
 
@@ -151,14 +117,14 @@ def test_the_prefill_threshold_is_read_at_every_step(build: Build) -> None:
 def test_a_request_held_out_of_the_queue_starts_after_the_hold(build: Build) -> None:
     """With `decode_hold_s`, a rock arriving while sand decodes waits for that sand to finish."""
     scheduler = build(decode_hold_s=60.0, aging_time_scale=1.0)
-    scheduler.add_request(_request("sand", SAND, 20, max_tokens=100))
-    _feed(scheduler, scheduler.schedule())
-    scheduler.add_request(_request("rock", ROCK, 100))
+    scheduler.add_request(classed_request("sand", SAND, 20, max_tokens=100))
+    feed(scheduler, scheduler.schedule())
+    scheduler.add_request(classed_request("rock", ROCK, 100))
     held = scheduler.schedule()
     assert set(held.num_scheduled_tokens) == {"sand"}
     assert [r.request_id for r in scheduler.waiting] == ["rock"]  # back in the queue after the step
     assert scheduler.holds == 1
-    _feed(scheduler, held)
+    feed(scheduler, held)
     scheduler.finish_requests(["sand"], RequestStatus.FINISHED_ABORTED)
     assert set(scheduler.schedule().num_scheduled_tokens) == {"rock"}
 
@@ -166,10 +132,10 @@ def test_a_request_held_out_of_the_queue_starts_after_the_hold(build: Build) -> 
 def test_with_media_only_holds_a_text_rock_starts_at_once(build: Build) -> None:
     """`decode_hold_media_only`: a heavy request without encoder inputs is not held; one with is."""
     scheduler = build(decode_hold_s=60.0, decode_hold_media_only=True, aging_time_scale=1.0)
-    scheduler.add_request(_request("sand", SAND, 20, max_tokens=100))
-    _feed(scheduler, scheduler.schedule())
-    scheduler.add_request(_request("image rock", ROCK, 100, image_tokens=64))
-    scheduler.add_request(_request("text rock", ROCK, 100))
+    scheduler.add_request(classed_request("sand", SAND, 20, max_tokens=100))
+    feed(scheduler, scheduler.schedule())
+    scheduler.add_request(classed_request("image rock", ROCK, 100, image_tokens=64))
+    scheduler.add_request(classed_request("text rock", ROCK, 100))
     step = scheduler.schedule()
     assert set(step.num_scheduled_tokens) == {"sand", "text rock"}
     assert [r.request_id for r in scheduler.waiting] == ["image rock"]
@@ -182,8 +148,8 @@ def test_with_media_only_holds_a_text_rock_starts_at_once(build: Build) -> None:
 def test_sand_takes_the_one_free_slot_before_an_earlier_rock(build: Build) -> None:
     for policy, first in ((Policy.RPS, "sand"), (Policy.FCFS, "rock")):
         scheduler = build(policy=policy, max_num_seqs=1, aging_time_scale=1.0)
-        scheduler.add_request(_request("rock", ROCK, 100))
-        scheduler.add_request(_request("sand", SAND, 20))
+        scheduler.add_request(classed_request("rock", ROCK, 100))
+        scheduler.add_request(classed_request("sand", SAND, 20))
         assert set(scheduler.schedule().num_scheduled_tokens) == {first}, policy
 
 
@@ -195,9 +161,9 @@ def _kv_bound_scheduler(build: Build, policy: Policy, max_preemptions: int = 1) 
         max_preemptions=max_preemptions,
         aging_time_scale=1.0,
     )
-    scheduler.add_request(_request("rock", ROCK, ROCK_BLOCKS * BLOCK_SIZE - 8, max_tokens=100))
-    _feed(scheduler, scheduler.schedule())
-    scheduler.add_request(_request("sand", SAND, 4 * BLOCK_SIZE))
+    scheduler.add_request(classed_request("rock", ROCK, ROCK_BLOCKS * BLOCK_SIZE - 8, max_tokens=100))
+    feed(scheduler, scheduler.schedule())
+    scheduler.add_request(classed_request("sand", SAND, 4 * BLOCK_SIZE))
     return scheduler
 
 
@@ -218,11 +184,11 @@ def test_waiting_sand_evicts_one_rock_a_step(build: Build) -> None:
         aging_time_scale=1.0,
     )
     for name in ("rock-0", "rock-1"):
-        scheduler.add_request(_request(name, ROCK, ROCK_BLOCKS * BLOCK_SIZE - 8, max_tokens=100))
+        scheduler.add_request(classed_request(name, ROCK, ROCK_BLOCKS * BLOCK_SIZE - 8, max_tokens=100))
     while any(r.num_computed_tokens < r.num_prompt_tokens for r in scheduler.running) or scheduler.waiting:
-        _feed(scheduler, scheduler.schedule())
+        feed(scheduler, scheduler.schedule())
     for name in ("sand-0", "sand-1"):
-        scheduler.add_request(_request(name, SAND, (ROCK_BLOCKS - 1) * BLOCK_SIZE))
+        scheduler.add_request(classed_request(name, SAND, (ROCK_BLOCKS - 1) * BLOCK_SIZE))
     scheduler.schedule()
     assert scheduler.evictions[ROCK] == 1
     rocks = (scheduler.requests["rock-0"], scheduler.requests["rock-1"])
