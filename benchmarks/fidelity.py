@@ -67,15 +67,18 @@ def _run(args: list[str]) -> None:
     subprocess.run(args, check=True)
 
 
+def profile_command(path: Path, repeats: int, resume: bool) -> list[str]:
+    """`rps-serve profile` of the tiny model, with the repository's engine settings."""
+    return [*CLI, "profile", "--model", str(TINY_MODEL), "--out", str(path), "--repeats", str(repeats),
+            *(["--resume"] if resume else [])]  # fmt: skip
+
+
 def _profile(out: Path, repeats: int) -> Path:
     path = out / "profile.jsonl"
     expected = len(ProfilePlan(repeats=repeats).items())
     done = sum(1 for _ in read_records(path)) if path.exists() else 0
     if done < expected:
-        max_len = load_settings(REPOSITORY).engine_args.get("max_model_len", 8192)
-        resume = ["--resume"] if done else []
-        _run([*CLI, "profile", "--model", str(TINY_MODEL), "--out", str(path), "--repeats", str(repeats),
-              "--max-model-len", str(max_len), *resume])  # fmt: skip
+        _run(profile_command(path, repeats, resume=done > 0))
     return path
 
 
