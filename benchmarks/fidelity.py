@@ -35,6 +35,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,13 @@ from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.loadtest.placement import Placement
+from rps_serve.loadtest.run_analysis import read_run_log
 from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
+from rps_serve.sim.step_fit import Steps, loaded_steps, read_steps
 from rps_serve.triton.settings import RUN_LOG_ENV, load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
@@ -249,7 +252,6 @@ def _sustained_rate(out: Path, args: argparse.Namespace, limits: ContentLimits) 
 
 
 def _measure_load(
-    name: str,
     out: Path,
     rate: float,
     seed: int,
@@ -257,9 +259,9 @@ def _measure_load(
     limits: ContentLimits,
     profile: Path,
     policies: list[str],
-) -> list[dict[str, Any]]:
-    """One trace of `seed` at `rate` on the real server under every policy (in the order given) and in
-    the simulator; the rows."""
+) -> None:
+    """One trace of `seed` at `rate` on the real server under every policy (in the order given), and
+    the measured simulator profile of its isolated runs (`measured.json`), in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     trace_file = out / "trace.jsonl"
     _run([*CLI, "trace", "--mix", args.mix, "--rate", f"{rate:.3f}", "--requests", str(args.requests),
@@ -267,41 +269,96 @@ def _measure_load(
     bench_args = ["--trace", str(trace_file), "--seed", str(seed), "--isolated", str(args.isolated),
                   "--max-text-tokens", str(limits.max_text_tokens),
                   "--max-output-tokens", str(limits.max_output_tokens)]  # fmt: skip
-    bench = {}
     for policy in policies:
-        result = out / f"bench-{policy}.json"
-        if not (args.reuse_bench and result.exists()):
-            result = _bench_on_fresh_server(policy, out, bench_args)
-        bench[policy] = json.loads(result.read_text())
+        if not (args.reuse_bench and (out / f"bench-{policy}.json").exists()):
+            _bench_on_fresh_server(policy, out, bench_args)
+    bench = [json.loads((out / f"bench-{policy}.json").read_text()) for policy in policies]
 
     trace = read_trace(trace_file)
     request_format = RequestFormat.of_model(TINY_MODEL)
-    served = served_trace(trace, request_format, limits, seed)
-    served_file = out / "served.jsonl"
-    write_trace(served_file, served)
+    write_trace(out / "served.jsonl", served_trace(trace, request_format, limits, seed))
     subset = subset_trace(trace, isolated_rows(trace, args.isolated))
     isolated = served_trace(subset, request_format, limits, seed + ISOLATED_SEED_OFFSET)
-    measured = measured_profile(profile, list(bench.values()), isolated, "tiny-qwen2-vl-cpu")
-    profile_file = out / "measured.json"
+    measured = measured_profile(profile, bench, isolated, "tiny-qwen2-vl-cpu")
+    (out / "measured.json").write_text(json.dumps(measured.to_json(), indent=1) + "\n")
+
+
+def _simulate(
+    out: Path, load: str, seed: int, policies: list[str], model: str, measured: MeasuredProfile
+) -> list[dict[str, Any]]:
+    """The runs in `out` replayed in the simulator on `measured` (`model` names its step terms); the
+    rows against the measured runs."""
+    profile_file = out / f"measured-{model}.json"
     profile_file.write_text(json.dumps(measured.to_json(), indent=1) + "\n")
-    simulated_file = out / "simulate.json"
-    _run([*CLI, "simulate", "--measured", str(profile_file), "--trace", str(served_file), "--seed", "0",
-          "--policies", ",".join(policies), "--json", str(simulated_file)])  # fmt: skip
-    return compare(name, seed, bench, json.loads(simulated_file.read_text()))
+    simulated_file = out / f"simulate-{model}.json"
+    _run([*CLI, "simulate", "--measured", str(profile_file), "--trace", str(out / "served.jsonl"),
+          "--seed", "0", "--policies", ",".join(policies), "--json", str(simulated_file)])  # fmt: skip
+    bench = {policy: json.loads((out / f"bench-{policy}.json").read_text()) for policy in policies}
+    rows = compare(load, seed, bench, json.loads(simulated_file.read_text()))
+    return [{"model": model, **row} for row in rows]
+
+
+def measured_engine_s(run_log: Path, trace: Trace) -> np.ndarray | None:
+    """Per request of `trace` (its order), the engine's part of its TTFT on the server: the run log's
+    engine-queue wait and prefill. The replay's requests are the run log's last `len(trace)` request
+    records by arrival (the warm-up and isolated runs come first); None where the counts disagree."""
+    records = sorted((r for r in read_run_log(run_log) if r["kind"] == "request"), key=lambda r: r["arrival"])
+    if len(records) < len(trace):
+        return None
+    replay = records[-len(trace) :]
+    return np.array([r["engine_queue_s"] + r["prefill_s"] for r in replay])
+
+
+def stage_rows(folder: Path, load: str, seed: int, policies: list[str], model: str) -> list[dict[str, Any]]:
+    """Where TTFT goes, measured and simulated, per policy and modality: the engine's part (from
+    the engine seeing a request to its first token) and the rest (front end, vLLM's input
+    processing, gRPC and the client: measured TTFT less the engine's part)."""
+    trace = read_trace(folder / "trace.jsonl")
+    simulated = json.loads((folder / f"simulate-{model}.json").read_text())["results"]
+    rows = []
+    for policy in policies:
+        engine = measured_engine_s(folder / f"server-{policy}" / RUN_LOG, trace)
+        bench = json.loads((folder / f"bench-{policy}.json").read_text())["results"][policy]
+        for modality in Modality:
+            mine = trace.modality == modality.index
+            ttft = bench["by_modality"][modality.value]["ttft"]["mean"]
+            engine_s = None if engine is None or not mine.any() else float(engine[mine].mean())
+            sim = simulated[policy]["stages"][modality.value]
+            rows.append(
+                {
+                    "model": model,
+                    "load": load,
+                    "seed": seed,
+                    "policy": policy,
+                    "modality": modality.value,
+                    "measured_engine_s": engine_s,
+                    "measured_rest_s": None if engine_s is None or ttft is None else ttft - engine_s,
+                    "simulated_engine_s": sim["engine_s"],
+                    "simulated_rest_s": sim["front_end_s"],
+                }
+            )
+    return rows
+
+
+def steps_of(folders: list[Path], policies: list[str], kv_capacity_tokens: int) -> Steps:
+    """The engine steps of every server run in `folders` (their run logs)."""
+    logs = [folder / f"server-{policy}" / RUN_LOG for folder in folders for policy in policies]
+    return Steps.concat([read_steps(log, kv_capacity_tokens) for log in logs])
+
+
+SUMMARY_KEYS = ("model", "load", "policy", "what", "stat")
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (load, policy, metric, stat): simulated over measured per seed, their geometric mean and
-    95% t-interval over seeds (None where fewer than two seeds have both values)."""
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["load"], row["policy"], row["what"], row["stat"]), []).append(row)
+    """Per (step model, load, policy, metric, stat): simulated over measured per seed, their geometric
+    mean and 95% t-interval over seeds (None where fewer than two seeds have both values)."""
     summary = []
-    for (load, policy, what, stat), seeds in groups.items():
+    for (model, load, policy, what, stat), seeds in _by_key(rows, SUMMARY_KEYS).items():
         ratios = [r["error"] + 1 for r in seeds if r["error"] is not None]
         estimate, low, high = log_t_interval(ratios) if len(ratios) >= 2 else (math.nan,) * 3
         summary.append(
             {
+                "model": model,
                 "load": load,
                 "policy": policy,
                 "what": what,
@@ -315,6 +372,22 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return summary
+
+
+def _by_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in keys), []).append(row)
+    return groups
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _shown(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3f}"
 
 
 def rotated(policies: list[str], index: int) -> list[str]:
@@ -345,7 +418,7 @@ def main() -> int:
     parser.add_argument(
         "--reuse-bench",
         action="store_true",
-        help="keep the bench-POLICY.json of an earlier run (rebuild the rest)",
+        help="keep the bench-POLICY.json and loads of an earlier run in --out (rebuild the rest)",
     )
     parser.add_argument(
         "--no-pin", action="store_true", help="leave the engine's worker where the OS puts it"
@@ -364,34 +437,55 @@ def main() -> int:
     print(f"seeds {seeds} (fixed before the first run), policies {policies}", flush=True)
     profile = _profile(out, args.profile_repeats)
     limits = ContentLimits(max_text_tokens=4096, max_output_tokens=args.max_output_tokens)
-    if args.rate:
+    previous = out / "fidelity.json"
+    if args.reuse_bench and previous.exists():
+        loads = json.loads(previous.read_text())["loads"]
+        print(f"the loads of {previous}: {loads}", flush=True)
+    elif args.rate:
         loads = {f"{float(r):g} req/s": float(r) for r in args.rate.split(",")}
     else:
         sustained = _sustained_rate(out, args, limits)
         loads = {f"{float(f):g}x": float(f) * sustained for f in args.load_fraction.split(",")}
-    rows = []
+    folders: dict[tuple[str, int], Path] = {}
     for name, rate in loads.items():
         for index, seed in enumerate(seeds):
             order = rotated(policies, index)
             print(f"\nload {name}: {rate:.2f} req/s, seed {seed}, policies in order {order}", flush=True)
-            folder = out / f"load-{rate:.2f}" / f"seed-{seed}"
-            rows += _measure_load(name, folder, rate, seed, args, limits, profile, order)
+            folders[name, seed] = out / f"load-{rate:.2f}" / f"seed-{seed}"
+            _measure_load(folders[name, seed], rate, seed, args, limits, profile, order)
+    rows, stages = [], []
+    for (name, seed), folder in folders.items():
+        isolated = MeasuredProfile.from_json(json.loads((folder / "measured.json").read_text()))
+        rows += _simulate(folder, name, seed, policies, "isolated", isolated)
+        stages += stage_rows(folder, name, seed, policies, "isolated")
+        # Step terms fitted on the other loads' runs only: what this load's runs are compared with
+        # has no part in the simulator's model of them.
+        others = [f for (other, _), f in folders.items() if other != name]
+        if others:
+            loaded = loaded_steps(steps_of(others, policies, isolated.kv_capacity_tokens))
+            print(f"{name}, seed {seed}: step terms of the other loads' runs {loaded}", flush=True)
+            rows += _simulate(folder, name, seed, policies, "loaded", replace(isolated, loaded_steps=loaded))
+            stages += stage_rows(folder, name, seed, policies, "loaded")
     summary = summarize(rows)
     settings = vars(args) | {"out": str(out), "seeds": seeds}
     (out / "fidelity.json").write_text(
-        json.dumps({"settings": settings, "loads": loads, "rows": rows, "summary": summary}, indent=1) + "\n"
+        json.dumps(
+            {"settings": settings, "loads": loads, "rows": rows, "summary": summary, "stages": stages},
+            indent=1,
+        )
+        + "\n"
     )
     print(
-        f"{'load':<8} {'seed':>4} {'policy':<6} {'what':<10} {'stat':<4} {'n':>4} {'measured s':>10}"
-        f" {'simulated s':>11} {'error':>7}"
+        f"{'steps':<8} {'load':<8} {'seed':>4} {'policy':<6} {'what':<10} {'stat':<4} {'n':>4}"
+        f" {'measured s':>10} {'simulated s':>11} {'error':>7}"
     )
     for r in rows:
         error = "-" if r["error"] is None else f"{r['error']:+.0%}"
         measured_s = "-" if r["measured_s"] is None else f"{r['measured_s']:.3f}"
         simulated_s = "-" if r["simulated_s"] is None else f"{r['simulated_s']:.3f}"
         print(
-            f"{r['load']:<8} {r['seed']:>4} {r['policy']:<6} {r['what']:<10} {r['stat']:<4} {r['count']:>4}"
-            f" {measured_s:>10} {simulated_s:>11} {error:>7}"
+            f"{r['model']:<8} {r['load']:<8} {r['seed']:>4} {r['policy']:<6} {r['what']:<10} {r['stat']:<4}"
+            f" {r['count']:>4} {measured_s:>10} {simulated_s:>11} {error:>7}"
         )
     print(f"\nsimulated / measured over {len(seeds)} seeds (geometric mean, 95% interval):")
     for r in summary:
@@ -400,7 +494,18 @@ def main() -> int:
             if r["ratio"] is None
             else f"{r['ratio']:.2f} [{r['interval'][0]:.2f}, {r['interval'][1]:.2f}]"
         )
-        print(f"{r['load']:<8} {r['policy']:<6} {r['what']:<10} {r['stat']:<4} n={r['seeds']} {shown}")
+        print(
+            f"{r['model']:<8} {r['load']:<8} {r['policy']:<6} {r['what']:<10} {r['stat']:<4}"
+            f" n={r['seeds']} {shown}"
+        )
+    print("\nwhere TTFT goes, mean seconds over seeds (measured -> simulated): engine, the rest")
+    for key, group in _by_key(stages, ("model", "load", "policy", "modality")).items():
+        means = {k: _mean([g[k] for g in group]) for k in group[0] if k.endswith("_s")}
+        print(
+            " ".join(f"{v:<8}" for v in key),
+            f"engine {_shown(means['measured_engine_s'])} -> {_shown(means['simulated_engine_s'])},"
+            f" rest {_shown(means['measured_rest_s'])} -> {_shown(means['simulated_rest_s'])}",
+        )
     print(f"wrote {out / 'fidelity.json'}")
     return 0
 

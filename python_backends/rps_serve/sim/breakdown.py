@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rps_serve.requests import Modality
 from rps_serve.sim.engine import StepRecord
 
 
@@ -38,3 +39,24 @@ def ttft_parts(
     in_progress = np.where(running >= 0, np.clip(ends[np.maximum(running, 0)] - ready_s, 0.0, None), 0.0)
     queued = starts[final] - ready_s - in_progress
     return TtftParts(ready_s - arrival_s, in_progress, queued, ends[final] - starts[final])
+
+
+def stage_means(
+    arrival_s: np.ndarray, ready_s: np.ndarray, first_token_s: np.ndarray, modality: np.ndarray
+) -> dict[str, dict[str, float | None]]:
+    """Per modality (and "all"), the mean seconds of the front end (arrival to when the engine sees a
+    request) and of the engine (from then to the first token), over requests that got one; None
+    where none did. What a server's run log splits the same way (`triton.run_log`)."""
+    done = np.isfinite(first_token_s)
+    groups = {"all": done, **{m.value: done & (modality == m.index) for m in Modality}}
+
+    def mean(values: np.ndarray, mask: np.ndarray) -> float | None:
+        return float(values[mask].mean()) if mask.any() else None
+
+    return {
+        name: {
+            "front_end_s": mean(ready_s - arrival_s, mask),
+            "engine_s": mean(first_token_s - ready_s, mask),
+        }
+        for name, mask in groups.items()
+    }

@@ -1,6 +1,6 @@
 """A simulator profile of a measured serving stack (the CPU test stack), for `simulate --measured FILE.json`.
 
-Built from two kinds of isolated runs, never from a loaded run:
+Built from two kinds of isolated runs, and optionally the engine's steps under load:
 - engine: prefill lines per modality from `rps-serve profile` records (lower-quartile lines: a
   shared machine only adds time; a modality whose requests all have about the same size, like
   fixed-size images, gets the text slope and its own level);
@@ -10,6 +10,10 @@ Built from two kinds of isolated runs, never from a loaded run:
   (gRPC, ensemble steps, media decoding, vLLM's input processing) is what the server's isolated
   TTFT adds to the engine's, per modality, modelled as the server's front-end workers
   (`front_end_workers`), class-ordered under the class-aware policies as in `vllm_model`.
+- loaded steps (`loaded_steps`, optional): an engine step's terms fitted on the step records of
+  loaded runs (`sim.step_fit`): per step (the time between steps included), per prompt-chunk token,
+  per decoding request, per KV token; they replace the isolated runs' step, slope and decode terms
+  (under load a chunk token costs more than isolated runs show), the encoder staying the lines'.
 The cost model is the one the server's repository was trained from (`cost_profile`); the plug-in's
 settings are the served model.json's (chunk cap, decode hold, evictions per request), its aging clock
 its cost model's.
@@ -44,6 +48,17 @@ LINE_QUANTILE = 0.25
 
 
 @dataclass(frozen=True)
+class LoadedSteps:
+    """An engine step's seconds fitted on loaded runs: `step_s` every step, `chunk_token_s` each
+    prompt-chunk token, `decode_request_s` each decoding request, `kv_token_s` each KV token read."""
+
+    step_s: float
+    chunk_token_s: float
+    decode_request_s: float
+    kv_token_s: float
+
+
+@dataclass(frozen=True)
 class MeasuredDeployment(Deployment):
     """A `Deployment` whose decode step and KV capacity were measured rather than derived from GPU
     bandwidth and memory; RPS runs with the served plug-in's settings (`as_served`)."""
@@ -54,9 +69,21 @@ class MeasuredDeployment(Deployment):
     rps_decode_hold_s: float = 0.0
     rps_decode_hold_media_only: bool = False
     rps_max_preemptions: int = MAX_PREEMPTIONS
+    loaded_steps: LoadedSteps | None = None
 
     def timing(self, gpus: int) -> TimingModel:
-        return replace(super().timing(gpus), decode_step_s=self.decode_step_s, kv_token_s=self.kv_token_s)
+        isolated = replace(super().timing(gpus), decode_step_s=self.decode_step_s, kv_token_s=self.kv_token_s)
+        loaded = self.loaded_steps
+        if loaded is None:
+            return isolated
+        return replace(
+            isolated,
+            prefill_step_s=loaded.step_s,
+            decode_step_s=loaded.step_s,
+            token_s=loaded.chunk_token_s,
+            decode_token_s=loaded.decode_request_s,
+            kv_token_s=loaded.kv_token_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,7 @@ class MeasuredProfile:
     rps_decode_hold_media_only: bool = False
     rps_max_preemptions: int = MAX_PREEMPTIONS
     aging_time_scale: float = 1.0
+    loaded_steps: LoadedSteps | None = None
 
     def deployment(self) -> MeasuredDeployment:
         front = self.front_end_s
@@ -109,6 +137,7 @@ class MeasuredProfile:
             rps_decode_hold_media_only=self.rps_decode_hold_media_only,
             rps_max_preemptions=self.rps_max_preemptions,
             aging_time_scale=self.aging_time_scale,
+            loaded_steps=self.loaded_steps,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -124,6 +153,8 @@ class MeasuredProfile:
         fields = {k: v for k, v in raw.items() if k != "format"}
         fields["lines"] = {Modality(m): PrefillLine(**line) for m, line in raw["lines"].items()}
         fields["front_end_s"] = {Modality(m): float(s) for m, s in raw["front_end_s"].items()}
+        if raw.get("loaded_steps") is not None:
+            fields["loaded_steps"] = LoadedSteps(**raw["loaded_steps"])
         return cls(**fields)
 
 

@@ -18,6 +18,7 @@ from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.profiles.reference import reference_model
 from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
+from rps_serve.sim.breakdown import stage_means
 from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
 from rps_serve.sim.engine import StepRecord
 from rps_serve.sim.hardware import Execution, model_spec
@@ -170,12 +171,13 @@ def run_cluster(setup: SimulationSetup, name: str, replicas: int, routing: Routi
 
 def policy_result(outcome: SimOutcome, slo_s: dict[Modality, float]) -> dict[str, Any]:
     """Metrics of every request, and (`steady_state`) of those between ramp-up and drain."""
-    steady = outcome.records.steady_state()
-    window = outcome.records.arrival_s[steady]
+    records = outcome.records
+    steady = records.steady_state()
+    window = records.arrival_s[steady]
     start, end = (float(window.min()), float(window.max())) if window.size else (0.0, 0.0)
-    steady_records = outcome.records.select(steady)
+    steady_records = records.select(steady)
     return {
-        **grouped_metrics(outcome.records),
+        **grouped_metrics(records),
         "steady_state": {
             "window_s": [start, end],
             **grouped_metrics(steady_records),
@@ -183,11 +185,17 @@ def policy_result(outcome: SimOutcome, slo_s: dict[Modality, float]) -> dict[str
         },
         "utilization": outcome.utilization,
         "idle_capacity": 1.0 - outcome.utilization,
-        "completed": int(outcome.records.completed.sum()),
+        "completed": int(records.completed.sum()),
         "preemptions": outcome.preemptions,
         "steps": outcome.steps,
         "makespan_s": outcome.makespan_s,
-        "slo": slo_metrics(outcome.records, slo_s, outcome.makespan_s),
+        "slo": slo_metrics(records, slo_s, outcome.makespan_s),
+        "stages": stage_means(
+            records.arrival_s,
+            outcome.ready_s,
+            records.first_token_s,
+            records.modality,
+        ),
     }
 
 

@@ -26,6 +26,7 @@ from scipy.optimize import nnls
 
 from rps_serve.loadtest.run_analysis import read_run_log
 from rps_serve.requests import Modality
+from rps_serve.sim.measured import LoadedSteps
 from rps_serve.sim.timing import TimingModel
 
 # The CPU test stack's KV cache (the engine's log: "CPU KV cache size: 262,144 tokens").
@@ -207,7 +208,8 @@ def simulator_step_s(
         steps.prefill_tokens > 0, max(timing.prefill_step_s, timing.decode_step_s), timing.decode_step_s
     )
     fixed = fixed + timing.step_overhead_s
-    token = timing.token_s * (steps.prefill_tokens + steps.decode_requests)
+    decode_token_s = timing.token_s if timing.decode_token_s is None else timing.decode_token_s
+    token = timing.token_s * steps.prefill_tokens + decode_token_s * steps.decode_requests
     kv = timing.kv_token_s * steps.kv_tokens
     inputs = np.maximum(steps.encoder_inputs, 1)
     video = steps.prefill_tokens >= max_num_batched_tokens
@@ -216,3 +218,22 @@ def simulator_step_s(
     encoder = np.where(steps.encoder_inputs > 0, per_input * steps.encoder_inputs, 0.0)
     parts = {"fixed": fixed, "token": token, "kv": kv, "encoder": encoder}
     return fixed + token + kv + encoder, parts
+
+
+# The terms of a loaded fit the simulator takes (`LoadedSteps`): its encoder stays the isolated lines'.
+LOADED_TERMS: tuple[str, ...] = ("step", "prefill_token", "decode_request", "kv_token")
+
+
+def loaded_steps(steps: Steps) -> LoadedSteps:
+    """The simulator's step terms fitted on loaded steps: `LOADED_TERMS` on the steps that run no
+    vision encoder (the simulator charges the encoder from the isolated lines), and the median time
+    between one busy step and the next (the engine's own work outside its steps) added to every step."""
+    plain = steps.subset(steps.encoder_inputs == 0)
+    model = fit_steps(plain, LOADED_TERMS).named()
+    gaps = plain.gap_s[np.isfinite(plain.gap_s)]
+    return LoadedSteps(
+        step_s=model["step"] + (float(np.median(gaps)) if gaps.size else 0.0),
+        chunk_token_s=model["prefill_token"],
+        decode_request_s=model["decode_request"],
+        kv_token_s=model["kv_token"],
+    )

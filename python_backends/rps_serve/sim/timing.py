@@ -15,7 +15,8 @@ So a request prefilled alone in one step in graph mode takes exactly its modalit
 tokens of its question, charged at the text slope instead of the modality's), and a graph-mode decode
 step of a 7B model on one H100 takes ~7 ms plus ~2.4 ms per 100,000 KV tokens (eager: ~8 ms more).
 The decode step's parameters are `decode_step_s` (the batch's fixed cost), `token_s` (per request in
-the batch) and `kv_token_s` (per KV token its requests attend to).
+the batch; `decode_token_s` where a fit on loaded steps sets it apart from the prefill slope) and
+`kv_token_s` (per KV token its requests attend to).
 """
 
 from __future__ import annotations
@@ -42,15 +43,18 @@ class TimingModel:
     kv_token_s: float
     encoder: tuple[PrefillLine, ...]
     step_overhead_s: float = 0.0
+    decode_token_s: float | None = None  # None: `token_s`
 
     def step_s(self, prefill_tokens: int, decodes: int, decode_context: int, encoder_s: float) -> float:
         """One step: `prefill_tokens` chunk tokens, `decodes` decoding requests reading
         `decode_context` KV tokens in all, and `encoder_s` of vision encoding."""
         fixed = max(self.prefill_step_s, self.decode_step_s) if prefill_tokens else self.decode_step_s
+        decode_token_s = self.token_s if self.decode_token_s is None else self.decode_token_s
         return (
             self.step_overhead_s
             + fixed
-            + self.token_s * (prefill_tokens + decodes)
+            + self.token_s * prefill_tokens
+            + decode_token_s * decodes
             + self.kv_token_s * decode_context
             + encoder_s
         )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from rps_serve.profiles.records import ProfileRecord
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import (
+    LoadedSteps,
     MeasuredProfile,
     as_served,
     decode_costs,
@@ -144,3 +146,16 @@ def test_simulate_replays_a_trace_file_on_a_measured_profile(tmp_path: Path) -> 
         counts = {m.value: int((served.modality == m.index).sum()) for m in Modality}
         assert {m: result["by_modality"][m]["count"] for m in counts} == counts
     assert main(["simulate", "--measured", str(profile_file), "--json", str(out)]) == 2  # no rate, no trace
+
+
+def test_loaded_steps_replace_the_isolated_step_terms_and_keep_the_encoder() -> None:
+    loaded = LoadedSteps(step_s=0.005, chunk_token_s=1.5e-4, decode_request_s=0.0, kv_token_s=8.5e-7)
+    profile = replace(_profile({m: 0.0 for m in Modality}), loaded_steps=loaded)
+    assert MeasuredProfile.from_json(json.loads(json.dumps(profile.to_json()))) == profile
+    isolated, timing = (
+        _profile({m: 0.0 for m in Modality}).deployment().timing(1),
+        profile.deployment().timing(1),
+    )
+    assert timing.encoder == isolated.encoder
+    # A step of 100 chunk tokens and 10 decodes reading 20,000 KV tokens, as the loaded fit charges it.
+    assert timing.step_s(100, 10, 20_000, 0.0) == pytest.approx(0.005 + 100 * 1.5e-4 + 20_000 * 8.5e-7)
