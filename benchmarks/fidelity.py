@@ -42,14 +42,13 @@ from typing import Any
 import numpy as np
 
 from rps_serve.comparison import log_t_interval
-from rps_serve.cost.runtime import aging_time_scale
+from rps_serve.cost.runtime import aging_time_scale, trained_profile_name
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.loadtest.placement import Placement
 from rps_serve.loadtest.run_analysis import read_run_log
-from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
+from rps_serve.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
 from rps_serve.profiles.records import read_records
-from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
 from rps_serve.sim.step_fit import Steps, loaded_steps, read_steps
@@ -153,6 +152,16 @@ def _isolated(reports: list[dict[str, Any]], subset: Trace, key: str) -> np.ndar
     return np.concatenate(runs)
 
 
+def served_profile(repository: Path) -> Path:
+    """The profile file the repository's cost model was trained on (`make model-repository`'s, under
+    `build/profile`, by the name its report gives), so the simulator classes requests as the server
+    does."""
+    name = trained_profile_name(repository)
+    if name is None or not (PROFILES / name).is_file():
+        raise FileNotFoundError(f"{repository}'s cost model was not trained on a profile in {PROFILES}")
+    return PROFILES / name
+
+
 def measured_profile(
     profile: Path, reports: list[dict[str, Any]], isolated: Trace, name: str
 ) -> MeasuredProfile:
@@ -179,7 +188,7 @@ def measured_profile(
         max_num_batched_tokens=int(settings.engine_args["max_num_batched_tokens"]),
         max_num_seqs=MAX_NUM_SEQS,
         rps_chunk_cap_tokens=int(settings.rps.get("chunk_cap_tokens", RPSConfig().chunk_cap_tokens)),
-        cost_profile=DEFAULT_REFERENCE,
+        cost_profile=str(served_profile(REPOSITORY)),
         front_end_workers=settings.front_end_workers,
         rps_decode_hold_s=float(settings.rps.get("decode_hold_s", RPSConfig().decode_hold_s)),
         rps_decode_hold_media_only=bool(

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES, MemoryFeature
-from rps_serve.cost.runtime import REPORT_FILE
+from rps_serve.cost.runtime import REPORT_FILE, profile_source
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE, reference_model_names
@@ -54,7 +54,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.profile_data:
         records = list(read_records(args.profile_data))
-        source = f"profile data {args.profile_data.name}"
+        source = profile_source(args.profile_data)
     else:
         records = reference_profile(args.reference, per_kind=args.per_kind, seed=args.seed)
         source = f"reference profile {args.reference} (published H100 fits, synthesized records)"

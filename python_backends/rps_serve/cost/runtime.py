@@ -21,6 +21,20 @@ def onnx_path(repository: Path, model: str, version: int = 1) -> Path:
     return repository / model / str(version) / "model.onnx"
 
 
+PROFILE_SOURCE = "profile data "  # a report's `source` for a cost model trained on a profile file
+
+
+def profile_source(profile: Path) -> str:
+    """The report's `source` of a cost model trained on `profile`."""
+    return f"{PROFILE_SOURCE}{profile.name}"
+
+
+def trained_profile_name(repository: Path) -> str | None:
+    """The name of the profile file the repository's cost model was trained on (None: a reference's)."""
+    source = str(json.loads((repository / REPORT_FILE).read_text()).get("source", ""))
+    return source.removeprefix(PROFILE_SOURCE) if source.startswith(PROFILE_SOURCE) else None
+
+
 def aging_time_scale(repository: Path) -> float:
     """How many times slower than the paper's reference the repository's cost model is
     (`cost.training`'s `aging_time_scale`), the clock the class priorities age on; 1 for a report

@@ -8,7 +8,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path
+from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path, profile_source
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.local.checkout import PROFILES, REPOSITORY
 from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
@@ -39,7 +39,7 @@ def ensure_cost_models(repository: Path, model: Path, profiles: Path = PROFILES)
     served = read_settings(repository / SETTINGS_FILE, repository)
     run = profile_served_model(model, served.engine_args, profile, repeats=PROFILE_REPEATS)
     logger.info("profiled %s: %s", model.name, run.describe())
-    source = f"profile data {profile.name}"
+    source = profile_source(profile)
     train_cost_model(list(read_records(profile)), repository, TrainingOptions(), source)
     return source
 

@@ -14,7 +14,8 @@ Built from two kinds of isolated runs, and optionally the engine's steps under l
   loaded runs (`sim.step_fit`): per step (the time between steps included), per prompt-chunk token,
   per decoding request, per KV token; they replace the isolated runs' step, slope and decode terms
   (under load a chunk token costs more than isolated runs show), the encoder staying the lines'.
-The cost model is the one the server's repository was trained from (`cost_profile`); the plug-in's
+The cost model is the one the server's repository was trained from (`cost_profile`: the profile file
+it was trained on, or a reference's name); the plug-in's
 settings are the served model.json's (chunk cap, decode hold, evictions per request), its aging clock
 its cost model's.
 """

@@ -114,7 +114,7 @@ def device_profile(config: SimulationConfig) -> tuple[Deployment, list[ProfileRe
 def _device(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
     if config.measured is not None:
         measured = read_measured_profile(config.measured)
-        return measured.deployment(), reference_profile(measured.cost_profile, seed=config.seed)
+        return measured.deployment(), cost_profile_records(measured.cost_profile, config.seed)
     spec = model_spec(config.reference)
     if config.profile is None:
         lines = reference_model(config.reference).lines
@@ -125,6 +125,15 @@ def _device(config: SimulationConfig) -> tuple[Deployment, list[ProfileRecord]]:
         spec, config.gpus, fit_lines(records), config.profile_gpus, execution=config.execution
     )
     return deployment, records
+
+
+def cost_profile_records(cost_profile: str, seed: int) -> list[ProfileRecord]:
+    """What a measured stack's cost model was trained on: a profile file (JSONL records, as the
+    served repository's `rps-serve train --profile-data`), else a named reference's synthetic profile."""
+    path = Path(cost_profile)
+    if path.suffix == ".jsonl":
+        return list(read_records(path))
+    return reference_profile(cost_profile, seed=seed)
 
 
 def class_levels(trace: Trace, model: CostModel) -> np.ndarray:

@@ -27,7 +27,15 @@ def test_every_policy_leads_once_in_as_many_seeds() -> None:
 
 
 def _row(seed: int, error: float | None, what: str = "text ttft") -> dict[str, object]:
-    return {"model": "isolated", "load": "0.9x", "seed": seed, "policy": "rps", "what": what, "stat": "mean", "error": error}
+    return {
+        "model": "isolated",
+        "load": "0.9x",
+        "seed": seed,
+        "policy": "rps",
+        "what": what,
+        "stat": "mean",
+        "error": error,
+    }
 
 
 def test_a_row_is_the_geometric_mean_of_its_seeds_with_an_interval() -> None:

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 
 from rps_serve.cli import main
-from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.cost.runtime import OnnxCostModel, trained_profile_name
 from rps_serve.profiles.records import ProfileRecord, read_records, write_records
 from rps_serve.requests import Modality
+from rps_serve.sim.run import cost_profile_records
 
 
 def test_train_from_reference_writes_repository_and_report(tmp_path: Path) -> None:
@@ -35,6 +36,17 @@ def test_train_from_profile_data(tmp_path: Path, reference_records: list[Profile
     report = json.loads((out / "cost_model_report.json").read_text())
     assert report["records"] == len(reference_records)
     assert len(report["classifier"]["classes"]) == 4
+    assert trained_profile_name(out) == "profile.jsonl"
+    # The simulator of a measured stack classes as the server does: on the same records, same classes.
+    assert cost_profile_records(str(profile), seed=0) == reference_records
+
+
+def test_a_reference_trained_repository_names_no_profile(tmp_path: Path) -> None:
+    assert (
+        main(["train", "--reference", "llava-onevision-qwen2-7b", "--out", str(tmp_path), "--per-kind", "20"])
+        == 0
+    )
+    assert trained_profile_name(tmp_path) is None
 
 
 def test_broken_profile_data_names_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
