@@ -319,9 +319,10 @@ def measured_engine_s(run_log: Path, trace: Trace) -> np.ndarray | None:
 
 
 def stage_rows(folder: Path, load: str, seed: int, policies: list[str], model: str) -> list[dict[str, Any]]:
-    """Where TTFT goes, measured and simulated, per policy and modality: the engine's part (from
-    the engine seeing a request to its first token) and the rest (front end, vLLM's input
-    processing, gRPC and the client: measured TTFT less the engine's part)."""
+    """Where TTFT goes, measured and simulated, per policy and modality, as rows of `compare`'s form:
+    "MODALITY engine" (from the engine seeing a request to its first token: the run log's engine-queue
+    wait and prefill) and "MODALITY rest" (the front end, vLLM's input processing, gRPC and the client:
+    the client's TTFT less the engine's part; the simulator's front end)."""
     trace = read_trace(folder / "trace.jsonl")
     simulated = json.loads((folder / f"simulate-{model}.json").read_text())["results"]
     rows = []
@@ -332,20 +333,26 @@ def stage_rows(folder: Path, load: str, seed: int, policies: list[str], model: s
             mine = trace.modality == modality.index
             ttft = bench["by_modality"][modality.value]["ttft"]["mean"]
             engine_s = None if engine is None or not mine.any() else float(engine[mine].mean())
+            rest_s = None if engine_s is None or ttft is None else ttft - engine_s
             sim = simulated[policy]["stages"][modality.value]
-            rows.append(
-                {
-                    "model": model,
-                    "load": load,
-                    "seed": seed,
-                    "policy": policy,
-                    "modality": modality.value,
-                    "measured_engine_s": engine_s,
-                    "measured_rest_s": None if engine_s is None or ttft is None else ttft - engine_s,
-                    "simulated_engine_s": sim["engine_s"],
-                    "simulated_rest_s": sim["front_end_s"],
-                }
-            )
+            for part, measured, predicted in (
+                ("engine", engine_s, sim["engine_s"]),
+                ("rest", rest_s, sim["front_end_s"]),
+            ):
+                rows.append(
+                    {
+                        "model": model,
+                        "load": load,
+                        "seed": seed,
+                        "policy": policy,
+                        "what": f"{modality.value} {part}",
+                        "stat": "mean",
+                        "measured_s": measured,
+                        "simulated_s": predicted,
+                        "error": _error(predicted, measured),
+                        "count": int(mine.sum()),
+                    }
+                )
     return rows
 
 
@@ -388,15 +395,6 @@ def _by_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple[Any
     for row in rows:
         groups.setdefault(tuple(row[k] for k in keys), []).append(row)
     return groups
-
-
-def _mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
-
-
-def _shown(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:.3f}"
 
 
 def rotated(policies: list[str], index: int) -> list[str]:
@@ -475,7 +473,7 @@ def main() -> int:
             print(f"{name}, seed {seed}: step terms of the other loads' runs {loaded}", flush=True)
             rows += _simulate(folder, name, seed, policies, "loaded", replace(isolated, loaded_steps=loaded))
             stages += stage_rows(folder, name, seed, policies, "loaded")
-    summary = summarize(rows)
+    summary = summarize(rows + stages)
     settings = vars(args) | {"out": str(out), "seeds": seeds}
     (out / "fidelity.json").write_text(
         json.dumps(
@@ -488,7 +486,7 @@ def main() -> int:
         f"{'steps':<8} {'load':<8} {'seed':>4} {'policy':<6} {'what':<10} {'stat':<4} {'n':>4}"
         f" {'measured s':>10} {'simulated s':>11} {'error':>7}"
     )
-    for r in rows:
+    for r in rows + stages:
         error = "-" if r["error"] is None else f"{r['error']:+.0%}"
         measured_s = "-" if r["measured_s"] is None else f"{r['measured_s']:.3f}"
         simulated_s = "-" if r["simulated_s"] is None else f"{r['simulated_s']:.3f}"
@@ -506,14 +504,6 @@ def main() -> int:
         print(
             f"{r['model']:<8} {r['load']:<8} {r['policy']:<6} {r['what']:<10} {r['stat']:<4}"
             f" n={r['seeds']} {shown}"
-        )
-    print("\nwhere TTFT goes, mean seconds over seeds (measured -> simulated): engine, the rest")
-    for key, group in _by_key(stages, ("model", "load", "policy", "modality")).items():
-        means = {k: _mean([g[k] for g in group]) for k in group[0] if k.endswith("_s")}
-        print(
-            " ".join(f"{v:<8}" for v in key),
-            f"engine {_shown(means['measured_engine_s'])} -> {_shown(means['simulated_engine_s'])},"
-            f" rest {_shown(means['measured_rest_s'])} -> {_shown(means['simulated_rest_s'])}",
         )
     print(f"wrote {out / 'fidelity.json'}")
     return 0
