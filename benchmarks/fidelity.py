@@ -308,21 +308,25 @@ def _simulate(
 
 
 def measured_engine_s(run_log: Path, trace: Trace) -> np.ndarray | None:
-    """Per request of `trace` (its order), the engine's part of its TTFT on the server: the run log's
-    engine-queue wait and prefill. The replay's requests are the run log's last `len(trace)` request
-    records by arrival (the warm-up and isolated runs come first); None where the counts disagree."""
+    """Per request of `trace` (its order), the engine's part of its TTFT on the server: from its hand-off
+    to vLLM's `generate` to its first token (the run log's vLLM input, engine-queue and prefill
+    stages). The engine core takes new requests in between steps, so the wait for the step in
+    progress lies in the first of them; vLLM's own input processing (10-20 ms a request alone) does
+    too, which the simulator counts in its front end. The replay's requests are the run log's last
+    `len(trace)` request records by arrival (the warm-up and isolated runs come first); None where
+    there are fewer."""
     records = sorted((r for r in read_run_log(run_log) if r["kind"] == "request"), key=lambda r: r["arrival"])
     if len(records) < len(trace):
         return None
     replay = records[-len(trace) :]
-    return np.array([r["engine_queue_s"] + r["prefill_s"] for r in replay])
+    return np.array([r["vllm_input_s"] + r["engine_queue_s"] + r["prefill_s"] for r in replay])
 
 
 def stage_rows(folder: Path, load: str, seed: int, policies: list[str], model: str) -> list[dict[str, Any]]:
     """Where TTFT goes, measured and simulated, per policy and modality, as rows of `compare`'s form:
-    "MODALITY engine" (from the engine seeing a request to its first token: the run log's engine-queue
-    wait and prefill) and "MODALITY rest" (the front end, vLLM's input processing, gRPC and the client:
-    the client's TTFT less the engine's part; the simulator's front end)."""
+    "MODALITY engine" (`measured_engine_s`; the simulator's from the engine seeing a request to its
+    first token) and "MODALITY rest" (the front end, the ensemble's steps, gRPC and the client: the
+    client's TTFT less the engine's part; the simulator's front end)."""
     trace = read_trace(folder / "trace.jsonl")
     simulated = json.loads((folder / f"simulate-{model}.json").read_text())["results"]
     rows = []
