@@ -51,7 +51,7 @@ from rps_serve.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
-from rps_serve.sim.step_fit import Steps, loaded_steps, read_steps
+from rps_serve.sim.step_fit import Steps, loaded_steps, steps_from_records
 from rps_serve.triton.settings import RUN_LOG_ENV, load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
@@ -312,13 +312,10 @@ def measured_engine_s(run_log: Path, trace: Trace) -> np.ndarray | None:
     to vLLM's `generate` to its first token (the run log's vLLM input, engine-queue and prefill
     stages). The engine core takes new requests in between steps, so the wait for the step in
     progress lies in the first of them; vLLM's own input processing (10-20 ms a request alone) does
-    too, which the simulator counts in its front end. The replay's requests are the run log's last
-    `len(trace)` request records by arrival (the warm-up and isolated runs come first); None where
-    there are fewer."""
-    records = sorted((r for r in read_run_log(run_log) if r["kind"] == "request"), key=lambda r: r["arrival"])
-    if len(records) < len(trace):
+    too, which the simulator counts in its front end. None where the log has fewer requests."""
+    replay, _ = replay_records(run_log, len(trace))
+    if len(replay) < len(trace):
         return None
-    replay = records[-len(trace) :]
     return np.array([r["vllm_input_s"] + r["engine_queue_s"] + r["prefill_s"] for r in replay])
 
 
@@ -360,10 +357,26 @@ def stage_rows(folder: Path, load: str, seed: int, policies: list[str], model: s
     return rows
 
 
+def replay_records(run_log: Path, requests: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A server's run log cut to the replay of a trace of `requests` requests: its request records (the
+    last `requests` by arrival: the warm-up and isolated runs come first) and every other record from
+    the first of them on."""
+    records = read_run_log(run_log)
+    requests_in = sorted((r for r in records if r["kind"] == "request"), key=lambda r: r["arrival"])
+    replay = requests_in[-requests:]
+    start = replay[0]["arrival"] if replay else math.inf
+    return replay, [r for r in records if r["kind"] != "request" and r["t"] >= start]
+
+
 def steps_of(folders: list[Path], policies: list[str], kv_capacity_tokens: int) -> Steps:
-    """The engine steps of every server run in `folders` (their run logs)."""
-    logs = [folder / f"server-{policy}" / RUN_LOG for folder in folders for policy in policies]
-    return Steps.concat([read_steps(log, kv_capacity_tokens) for log in logs])
+    """The engine steps of the replays in `folders` (their run logs), the isolated runs left out."""
+    parts = []
+    for folder in folders:
+        requests = len(read_trace(folder / "trace.jsonl"))
+        for policy in policies:
+            _, records = replay_records(folder / f"server-{policy}" / RUN_LOG, requests)
+            parts.append(steps_from_records(records, f"{folder.name}-{policy}", kv_capacity_tokens))
+    return Steps.concat(parts)
 
 
 SUMMARY_KEYS = ("model", "load", "policy", "what", "stat")

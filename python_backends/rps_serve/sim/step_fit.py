@@ -220,20 +220,23 @@ def simulator_step_s(
     return fixed + token + kv + encoder, parts
 
 
-# The terms of a loaded fit the simulator takes (`LoadedSteps`): its encoder stays the isolated lines'.
-LOADED_TERMS: tuple[str, ...] = ("step", "prefill_token", "decode_request", "kv_token")
-
-
 def loaded_steps(steps: Steps) -> LoadedSteps:
-    """The simulator's step terms fitted on loaded steps: `LOADED_TERMS` on the steps that run no
-    vision encoder (the simulator charges the encoder from the isolated lines), and the median time
-    between one busy step and the next (the engine's own work outside its steps) added to every step."""
+    """The simulator's step terms fitted on loaded steps, in two stages so that the busy steps' few
+    long chunks do not bend the decode terms: every step's fixed cost and the cost per KV token read
+    on the decode-only steps; then the cost per prompt-chunk token on the steps with a chunk and no
+    vision encoder (the simulator charges the encoder from the isolated lines), less those two; the
+    median time between one busy step and the next (the engine's own work outside its steps) is added
+    to every step. A decoding request costs nothing beyond its KV reads (fitted ~0: `fit_steps`)."""
     plain = steps.subset(steps.encoder_inputs == 0)
-    model = fit_steps(plain, LOADED_TERMS).named()
+    decode = fit_steps(plain.subset(plain.prefill_tokens == 0), ("step", "kv_token")).named()
+    chunks = plain.subset(plain.prefill_tokens > 0)
+    rest = chunks.step_s - decode["step"] - decode["kv_token"] * chunks.kv_tokens
+    tokens = chunks.prefill_tokens
+    chunk_token_s = max(float(tokens @ rest / (tokens @ tokens)), 0.0) if tokens.size else 0.0
     gaps = plain.gap_s[np.isfinite(plain.gap_s)]
     return LoadedSteps(
-        step_s=model["step"] + (float(np.median(gaps)) if gaps.size else 0.0),
-        chunk_token_s=model["prefill_token"],
-        decode_request_s=model["decode_request"],
-        kv_token_s=model["kv_token"],
+        step_s=decode["step"] + (float(np.median(gaps)) if gaps.size else 0.0),
+        chunk_token_s=chunk_token_s,
+        decode_request_s=0.0,
+        kv_token_s=decode["kv_token"],
     )
