@@ -46,11 +46,11 @@ from rps_serve.cost.runtime import aging_time_scale, trained_profile_name
 from rps_serve.loadtest.capacity import measure_capacity, request_stream
 from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
 from rps_serve.loadtest.placement import Placement
-from rps_serve.loadtest.run_analysis import read_run_log
+from rps_serve.loadtest.run_analysis import in_window, read_run_log
 from rps_serve.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
-from rps_serve.sim.measured import MeasuredProfile, decode_costs, front_end_seconds, robust_lines
+from rps_serve.sim.measured import LoadedSteps, MeasuredProfile, decode_costs, front_end_seconds, robust_lines
 from rps_serve.sim.step_fit import Steps, loaded_steps, steps_from_records
 from rps_serve.triton.settings import RUN_LOG_ENV, load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
@@ -359,13 +359,13 @@ def stage_rows(folder: Path, load: str, seed: int, policies: list[str], model: s
 
 def replay_records(run_log: Path, requests: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A server's run log cut to the replay of a trace of `requests` requests: its request records (the
-    last `requests` by arrival: the warm-up and isolated runs come first) and every other record from
+    last `requests` by arrival: the warm-up and isolated runs come first) and its step records from
     the first of them on."""
     records = read_run_log(run_log)
     requests_in = sorted((r for r in records if r["kind"] == "request"), key=lambda r: r["arrival"])
     replay = requests_in[-requests:]
     start = replay[0]["arrival"] if replay else math.inf
-    return replay, [r for r in records if r["kind"] != "request" and r["t"] >= start]
+    return replay, in_window(records, "step", start, math.inf)
 
 
 def steps_of(folders: list[Path], policies: list[str], kv_capacity_tokens: int) -> Steps:
@@ -478,16 +478,20 @@ def main() -> int:
             folders[name, seed] = out / f"load-{rate:.2f}" / f"seed-{seed}"
             _measure_load(folders[name, seed], rate, seed, args, limits, profile, order)
     rows, stages = [], []
+    loaded_by_load: dict[str, LoadedSteps | None] = {}
     for (name, seed), folder in folders.items():
         isolated = MeasuredProfile.from_json(json.loads((folder / "measured.json").read_text()))
         rows += _simulate(folder, name, seed, policies, "isolated", isolated)
         stages += stage_rows(folder, name, seed, policies, "isolated")
-        # Step terms fitted on the other loads' runs only: what this load's runs are compared with
-        # has no part in the simulator's model of them.
-        others = [f for (other, _), f in folders.items() if other != name]
-        if others:
-            loaded = loaded_steps(steps_of(others, policies, isolated.kv_capacity_tokens))
-            print(f"{name}, seed {seed}: step terms of the other loads' runs {loaded}", flush=True)
+        if name not in loaded_by_load:
+            # Step terms fitted on the other loads' runs only: what this load's runs are compared
+            # with has no part in the simulator's model of them. One fit serves the load's seeds.
+            others = [f for (other, _), f in folders.items() if other != name]
+            fitted = loaded_steps(steps_of(others, policies, isolated.kv_capacity_tokens)) if others else None
+            print(f"{name}: step terms of the other loads' runs {fitted}", flush=True)
+            loaded_by_load[name] = fitted
+        loaded = loaded_by_load[name]
+        if loaded is not None:
             rows += _simulate(folder, name, seed, policies, "loaded", replace(isolated, loaded_steps=loaded))
             stages += stage_rows(folder, name, seed, policies, "loaded")
     summary = summarize(rows + stages)

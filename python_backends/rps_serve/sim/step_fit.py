@@ -208,8 +208,7 @@ def simulator_step_s(
         steps.prefill_tokens > 0, max(timing.prefill_step_s, timing.decode_step_s), timing.decode_step_s
     )
     fixed = fixed + timing.step_overhead_s
-    decode_token_s = timing.token_s if timing.decode_token_s is None else timing.decode_token_s
-    token = timing.token_s * steps.prefill_tokens + decode_token_s * steps.decode_requests
+    token = timing.token_s * steps.prefill_tokens + timing.decode_request_s * steps.decode_requests
     kv = timing.kv_token_s * steps.kv_tokens
     inputs = np.maximum(steps.encoder_inputs, 1)
     video = steps.prefill_tokens >= max_num_batched_tokens

@@ -49,15 +49,19 @@ class TimingModel:
         """One step: `prefill_tokens` chunk tokens, `decodes` decoding requests reading
         `decode_context` KV tokens in all, and `encoder_s` of vision encoding."""
         fixed = max(self.prefill_step_s, self.decode_step_s) if prefill_tokens else self.decode_step_s
-        decode_token_s = self.token_s if self.decode_token_s is None else self.decode_token_s
         return (
             self.step_overhead_s
             + fixed
             + self.token_s * prefill_tokens
-            + decode_token_s * decodes
+            + self.decode_request_s * decodes
             + self.kv_token_s * decode_context
             + encoder_s
         )
+
+    @property
+    def decode_request_s(self) -> float:
+        """What one decoding request adds to a step besides its KV reads."""
+        return self.token_s if self.decode_token_s is None else self.decode_token_s
 
     def encoder_s(self, modality: np.ndarray, modality_tokens: np.ndarray) -> np.ndarray:
         """Encoder seconds of every request (0 without modality tokens)."""
