@@ -5,7 +5,8 @@ thread and returns at once; the coroutine streams the engine's outputs back thro
 response sender and always ends with a final response or an error. A request whose cancellation
 Triton flags is aborted in the engine at its next streamed output, or within `CANCEL_POLL_S` while it
 waits, is prefilled or does not stream (Triton 2.51 does not flag every cancelled gRPC stream, and
-rarely one through an ensemble: the engine finishes those).
+rarely one through an ensemble: the engine finishes those), and ends with a CANCELLED error, not an
+empty final: should Triton flag a request its client did not cancel, that client learns why it ended.
 The class travels from the ensemble as tensors, checked against this model's own estimate
 (`triton.classes`), and reaches the RPS scheduler in `SamplingParams.extra_args`; requests sent here
 directly carry none, and the engine classifies them itself. Before the engine, a request's media are
@@ -338,7 +339,14 @@ class TritonPythonModel:
                 )
                 await self._until_done_or_cancelled(streaming, sender, progress)
             if progress.cancelled:
-                sender.send(flags=FINAL)
+                # A client that cancelled hears nothing more; one that did not (Triton 2.51 has flagged
+                # a request on a live stream once in our test runs) hears why its stream ends.
+                logger.info("request %r cancelled by Triton; aborted in the engine", request_id)
+                message = "vllm_model: Triton reported the request cancelled; it was aborted"
+                sender.send(
+                    error_response(pb_utils, request.request_id(), message, code="CANCELLED"),
+                    flags=FINAL,
+                )
         finally:
             self.metrics.ended(
                 info.request_class, progress.preemptions, progress.first_token, progress.cancelled

@@ -72,8 +72,12 @@ def start_streams(server: Server, generations: list[Generation], timeout_s: floa
         client.submit(ENSEMBLE, f"long-{index}", generation.tensors())
     deadline = time.monotonic() + timeout_s
     while not all(result.chunks for result in client.results.values()):
-        ended = {r: result.error for r, result in client.results.items() if result.done_s is not None}
-        assert not ended, f"streams ended before the fault: {ended}"
+        ended = {
+            r: (result.error, len(result.chunks))
+            for r, result in client.results.items()
+            if result.done_s is not None
+        }
+        assert not ended, f"streams ended before the fault (error, chunks): {ended}"
         assert time.monotonic() < deadline, "streams produced no text"
         time.sleep(0.05)
     return client
