@@ -1,8 +1,10 @@
 """Scheduler overhead on a real vLLM engine: `schedule()` time of the RPS scheduler vs stock vLLM.
 
-For each backlog size, a real engine holds that many waiting requests (real vLLM `Request` objects,
-mixed text/image/video) beside a few running ones, and steps normally; the wall time of every
-`schedule()` call is recorded (printed: median and interquartile range, both engines side by side).
+For each backlog size, one real engine per policy holds that many waiting requests (real vLLM
+`Request` objects, mixed text/image/video, the same in every engine) beside a few running ones; the
+engines live in one process and step in turn, the first to step rotating, so that the machine's noise
+lands on every policy alike. The wall time of every `schedule()` call is recorded (printed: median and
+interquartile range, the policies side by side, and RPS's ratio to each stock policy).
 Two set-ups, each a long queue that does not move while it is timed:
 - `kv-bound`: sequence slots are free but the KV cache is not (the running texts' prompts hold it),
   so at every step RPS scores and orders the backlog, checks its media for a decode hold and looks
@@ -48,6 +50,7 @@ WAITING_WORDS = 2200  # each waiting prompt: ~2,200 tokens or more, ~69 blocks
 KV_BLOCKS = RUNNING * (RUNNING_WORDS * 3 // 2 // BLOCK_SIZE) + 24
 SETUPS = ("kv-bound", "slots-full")
 BASELINES = (Policy.FCFS, Policy.MODALITY_PRIORITY)
+POLICIES = (*BASELINES, Policy.RPS)
 
 
 def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
@@ -61,63 +64,93 @@ def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
     return wrapper
 
 
-def _measure(model: Path, policy: Policy, setup: str) -> dict[int, list[float]]:
+class _Engine:
+    """One in-process engine under `policy` for `setup`, its `schedule()` timed, its sequence slots
+    busy with long-running texts."""
+
+    def __init__(self, model: Path, policy: Policy, setup: str) -> None:
+        from vllm import LLMEngine, SamplingParams
+
+        from rps_serve.vllm_plugin.engine_args import engine_args
+
+        self.policy = policy
+        limits: dict[str, Any] = {"max_model_len": 4096, "max_num_batched_tokens": 4096}
+        limits["block_size"] = BLOCK_SIZE
+        if setup == "kv-bound":  # vLLM refuses a max_model_len the cache cannot hold
+            cache_tokens = KV_BLOCKS * BLOCK_SIZE
+            limits |= {"max_model_len": cache_tokens, "max_num_batched_tokens": cache_tokens}
+            # One block more than the cache holds: vLLM keeps a null block.
+            limits |= {"max_num_seqs": 2 * RUNNING, "num_gpu_blocks_override": KV_BLOCKS + 1}
+        else:
+            limits |= {"max_num_seqs": RUNNING}
+        settings = engine_args(model, policy, rps_settings=_shipped_rps(), **limits)
+        self.engine = LLMEngine.from_engine_args(settings)
+        self.scheduler = self.engine.engine_core.engine_core.scheduler
+        self.samples: list[float] = []
+        self.scheduler.schedule = _timed(self.scheduler.schedule, self.samples)
+        self.sampling = SamplingParams(max_tokens=4, ignore_eos=True)
+        self.long_decode = SamplingParams(max_tokens=1000, ignore_eos=True)
+
+    def add(self, request_id: str, prompt: dict[str, Any], modality: Modality, running: bool) -> None:
+        sampling = self.long_decode if running else self.sampling
+        priority = 0 if running else self.policy.request_priority(0, modality)
+        self.engine.add_request(request_id, prompt, sampling, priority=priority)
+
+    def close(self) -> None:
+        self.engine.engine_core.shutdown()
+
+
+def _prompt(prompts: RequestFormat, words: int, modality: Modality, rngs: tuple[Any, Any]) -> dict[str, Any]:
+    text_rng, media_rng = rngs
+    prompt: dict[str, Any] = {"prompt": prompts.prompt(filler_text(words, text_rng), modality)}
+    if modality is Modality.IMAGE:
+        prompt["multi_modal_data"] = {"image": random_image(224, 224, media_rng)}
+    elif modality is Modality.VIDEO:
+        prompt["multi_modal_data"] = {"video": random_video(4, 224, 224, media_rng)}
+    return prompt
+
+
+def _measure(model: Path, setup: str) -> dict[Policy, dict[int, list[float]]]:
+    """`schedule()` times of every policy's engine at every backlog, the engines fed the same requests
+    and stepped in turn (the first to step rotates from step to step), so that whatever else the
+    machine does lands on every policy alike."""
     import random
 
-    from vllm import LLMEngine, SamplingParams
-
-    from rps_serve.vllm_plugin.engine_args import engine_args
-
     kv_bound = setup == "kv-bound"
-    limits: dict[str, Any] = {"max_model_len": 4096, "max_num_batched_tokens": 4096, "block_size": BLOCK_SIZE}
-    if kv_bound:  # vLLM refuses a max_model_len the cache cannot hold
-        cache_tokens = KV_BLOCKS * BLOCK_SIZE
-        limits |= {"max_model_len": cache_tokens, "max_num_batched_tokens": cache_tokens}
-        # One block more than the cache holds: vLLM keeps a null block.
-        limits |= {"max_num_seqs": 2 * RUNNING, "num_gpu_blocks_override": KV_BLOCKS + 1}
-    else:
-        limits |= {"max_num_seqs": RUNNING}
-    engine = LLMEngine.from_engine_args(engine_args(model, policy, rps_settings=_shipped_rps(), **limits))
-    scheduler = engine.engine_core.engine_core.scheduler
-    samples: list[float] = []
-    scheduler.schedule = _timed(scheduler.schedule, samples)
-    text_rng, media_rng = random.Random(0), np.random.default_rng(0)
+    engines = [_Engine(model, policy, setup) for policy in POLICIES]
+    rngs = (random.Random(0), np.random.default_rng(0))
     prompts = RequestFormat.of_model(model)
-    long_decode = SamplingParams(max_tokens=1000, ignore_eos=True)
     running_words = RUNNING_WORDS if kv_bound else 50
     for i in range(RUNNING):
-        busy = {"prompt": prompts.prompt(filler_text(running_words, text_rng), Modality.TEXT)}
-        engine.add_request(f"busy{i}", busy, long_decode)
+        prompt = _prompt(prompts, running_words, Modality.TEXT, rngs)
+        for engine in engines:
+            engine.add(f"busy{i}", prompt, Modality.TEXT, running=True)
     for _ in range(5):
-        engine.step()
+        for engine in engines:
+            engine.engine.step()
     modalities = [Modality.TEXT, Modality.TEXT, Modality.IMAGE, Modality.VIDEO]
     waiting_words = WAITING_WORDS if kv_bound else 30
-    timings: dict[int, list[float]] = {}
+    timings: dict[Policy, dict[int, list[float]]] = {policy: {} for policy in POLICIES}
     queued = 0
     for backlog in BACKLOGS:
         while queued < backlog:
             modality = modalities[queued % len(modalities)]
-            prompt: dict[str, Any] = {
-                "prompt": prompts.prompt(filler_text(waiting_words, text_rng), modality)
-            }
-            if modality is Modality.IMAGE:
-                prompt["multi_modal_data"] = {"image": random_image(224, 224, media_rng)}
-            elif modality is Modality.VIDEO:
-                prompt["multi_modal_data"] = {"video": random_video(4, 224, 224, media_rng)}
-            engine.add_request(
-                f"w{queued}",
-                prompt,
-                SamplingParams(max_tokens=4, ignore_eos=True),
-                priority=policy.request_priority(0, modality),
-            )
+            prompt = _prompt(prompts, waiting_words, modality, rngs)
+            for engine in engines:
+                engine.add(f"w{queued}", prompt, modality, running=False)
             queued += 1
-        samples.clear()
-        for _ in range(STEPS):
-            engine.step()
-        assert len(scheduler.waiting) == backlog, "a waiting request was admitted: the queue moved"
-        assert len(scheduler.running) == RUNNING, "a running request finished or was preempted"
-        timings[backlog] = list(samples)
-    engine.engine_core.shutdown()
+        for engine in engines:
+            engine.samples.clear()
+        for step in range(STEPS):
+            for engine in engines[step % len(engines) :] + engines[: step % len(engines)]:
+                engine.engine.step()
+        for engine in engines:
+            scheduler = engine.scheduler
+            assert len(scheduler.waiting) == backlog, "a waiting request was admitted: the queue moved"
+            assert len(scheduler.running) == RUNNING, "a running request finished or was preempted"
+            timings[engine.policy][backlog] = list(engine.samples)
+    for engine in engines:
+        engine.close()
     return timings
 
 
@@ -142,18 +175,17 @@ def main() -> None:
     args = parser.parse_args()
     configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-bench-")))
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the timer wraps the scheduler in this process
-    policies = (*BASELINES, Policy.RPS)
-    header = ("set-up", "waiting", *(f"{policy.value} us [p25, p75]" for policy in policies))
+    header = ("set-up", "waiting", *(f"{policy.value} us [p25, p75]" for policy in POLICIES))
     header += tuple(f"rps/{policy.value}" for policy in BASELINES)
-    columns = " {:>32}" * len(policies)
+    columns = " {:>32}" * len(POLICIES)
     print(("{:>10} {:>8}" + columns + " {:>22}" * len(BASELINES)).format(*header))
     for setup in SETUPS:
-        timings = [_measure(args.model, policy, setup) for policy in policies]
+        timings = _measure(args.model, setup)
         for backlog in BACKLOGS:
-            medians = [statistics.median(timing[backlog]) for timing in timings]
-            spreads = [_spread(timing[backlog]) for timing in timings]
+            samples = [timings[policy][backlog] for policy in POLICIES]
+            medians = [statistics.median(sample) for sample in samples]
             ratios = [medians[-1] / median for median in medians[:-1]]
-            row = (setup, backlog, *spreads, *ratios)
+            row = (setup, backlog, *map(_spread, samples), *ratios)
             print(("{:>10} {:8d}" + columns + " {:>22.2f}" * len(BASELINES)).format(*row))
 
 

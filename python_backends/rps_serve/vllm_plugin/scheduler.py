@@ -162,27 +162,32 @@ class _RPSMixin(Scheduler):
         # an eviction nor a chunk cap would change what runs: skip them (and the scoring they need).
         if len(self.running) >= self.max_num_running_reqs:
             return super().schedule(*args, **kwargs)
-        with self._holding():
-            self._evict_for_waiting()
-            cap, aside = self._prefill_cap(), self._outranked_prefills()
-            if not cap and not aside:  # the usual step: vLLM's loop as it is
-                return super().schedule(*args, **kwargs)
-            with self._chunk_cap(cap), self._set_aside(aside):
-                return super().schedule(*args, **kwargs)
+        # Most steps have no hold to decide or check: they skip the hold's context altogether.
+        if self._decode_holds is None or not self._decode_holds.pending():
+            return self._schedule_waiting(*args, **kwargs)
+        with self._holding(self._decode_holds):
+            return self._schedule_waiting(*args, **kwargs)
+
+    def _schedule_waiting(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        """vLLM's loop, after an eviction for the best waiting request and with the step's chunk cap
+        and set-aside prefills, where they act."""
+        self._evict_for_waiting()
+        cap, aside = self._prefill_cap(), self._outranked_prefills()
+        if not cap and not aside:  # the usual step: vLLM's loop as it is
+            return super().schedule(*args, **kwargs)
+        with self._chunk_cap(cap), self._set_aside(aside):
+            return super().schedule(*args, **kwargs)
 
     @contextmanager
-    def _holding(self) -> Iterator[None]:
+    def _holding(self, holds: DecodeHolds[Request]) -> Iterator[None]:
         """For one `schedule()`, waiting requests in a decode hold (`scheduling.holding`) sit out: the
         queue keeps each cohort of holds together and skips it whole while its hold is in force, so
-        the step's work follows the cohorts, not the queue's length. None with the hold off."""
-        if self._decode_holds is None:
-            yield
-            return
+        the step's work follows the cohorts, not the queue's length."""
 
         def running() -> Mapping[Hashable, int]:
             return {r.request_id: self.waiting.level(r) for r in self.running}
 
-        with self._decode_holds.applied(self.waiting.classes, running, time.monotonic()) as held:
+        with holds.applied(self.waiting.classes, running, time.monotonic()) as held:
             self.holds += held
             yield
 
