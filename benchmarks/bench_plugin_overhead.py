@@ -21,6 +21,7 @@ shipped `rps` settings of `model.json`. Needs a tiny model:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -151,6 +152,8 @@ def _measure(model: Path, setup: str) -> dict[Policy, dict[int, list[float]]]:
             timings[engine.policy][backlog] = list(engine.samples)
     for engine in engines:
         engine.close()
+    engines.clear()
+    gc.collect()  # the next set-up's engines need the memory these held (the backlogs' media)
     return timings
 
 

@@ -142,7 +142,7 @@ class ClassQueues(Generic[T]):
         return len(self._entries) - self._skipped_count
 
     def __bool__(self) -> bool:
-        return len(self) > 0
+        return len(self._entries) > self._skipped_count
 
     def park(self, items: Iterable[T], group: Hashable) -> None:
         """Move waiting `items` into `group`'s runs, one per class. The class queue is cut only from
@@ -206,7 +206,7 @@ class ClassQueues(Generic[T]):
     def _head_score(self, head: _Entry[T]) -> float:
         if (score := self._scores.get(head.seq)) is None:
             self.visited += 1
-            score = self._scores[head.seq] = self.score(head.level, head.arrival_time)
+            score = self._scores[head.seq] = self.regulator.score(head.level, head.arrival_time, self.now)
         return score
 
     def _visible(self, level: int) -> Iterator[deque[_Entry[T]]]:

@@ -85,27 +85,12 @@ class PriorityRegulator:
         """Feed this iteration's per-class queue statistics; updates each class's boost."""
         if len(stats) != self.num_levels:
             raise ValueError(f"expected stats for {self.num_levels} class levels, got {len(stats)}")
-        for level, (pressure, queue) in enumerate(zip(self._pressure, stats, strict=True)):
-            self._boost[level] = float(pressure.observe(queue))
+        self._boost = [
+            float(pressure.observe(queue)) for pressure, queue in zip(self._pressure, stats, strict=True)
+        ]
 
     def boosts(self) -> list[int]:
         return [int(b) for b in self._boost]
-
-    def priority(self, level: int, arrival: float, now: float) -> float:
-        """`priority` of one request under rps/static/aging (and the stock priority policies, which
-        order as static over the levels they are given: class levels, or modalities)."""
-        waiting = now - arrival if now > arrival else 0.0
-        return float(
-            _priority(
-                self._order,
-                math.expm1,
-                self._static[level],
-                self._p[level],
-                self._k[level],
-                self._boost[level],
-                waiting,
-            )
-        )
 
     def priorities(self, levels: np.ndarray, arrivals: np.ndarray, now: float) -> np.ndarray:
         """`priority` of requests given as parallel arrays of class levels and arrival times."""
@@ -121,7 +106,17 @@ class PriorityRegulator:
             return arrival
         if self._order is Order.DEADLINE:
             return arrival + self._slo[level]
-        priority = self.priority(level, arrival, now)
+        # In one frame: a scheduling step scores its class heads here, one call each.
+        waiting = now - arrival if now > arrival else 0.0
+        priority = _priority(
+            self._order,
+            math.expm1,
+            self._static[level],
+            self._p[level],
+            self._k[level],
+            self._boost[level],
+            waiting,
+        )
         return -math.log(priority) if priority > 0 else math.inf
 
     def scores(self, levels: np.ndarray, arrivals: np.ndarray, now: float) -> np.ndarray:
