@@ -1,0 +1,154 @@
+"""Where a `make fidelity` run's simulated TPOT parts from the engine's: step by step, and by step cost.
+
+For one load and seed folder of `make fidelity` (its traces, run logs and measured stacks), each policy's
+replay on the real engine against the simulator's replay of the same trace (`--terms`: the step terms
+`fidelity.py` simulated with, `loaded` or `isolated`):
+- decode-request seconds: every step's duration (the real engine's with the gap to its next step)
+  times the requests decoding in it, summed over decode-only steps and over steps with a prefill. A
+  request's TPOT is its decode time over its tokens, and both engines decode the same tokens, so
+  these sums split the TPOT ratio between the two kinds of step;
+- a decode-only step's duration by the number of requests decoding in it, both engines;
+- the simulated TPOT and text TTFT over measured with every step term scaled by each of `--scales`:
+  how much a given error in step cost moves those rows at this load.
+
+`.venv/bin/python -m benchmarks.fidelity_steps out/fidelity/load-2.81/seed-0`
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.fidelity import RUN_LOG, replay_records
+from rps_serve.metrics import grouped_metrics
+from rps_serve.profiles.reference import DEFAULT_REFERENCE
+from rps_serve.sim.engine import StepRecord
+from rps_serve.sim.run import SimulationConfig, prepare, run_policy
+from rps_serve.workload.source import TraceFile
+from rps_serve.workload.trace import read_trace
+
+POLICIES = ("fcfs", "rps")
+LOADED_TERMS = ("step_s", "chunk_token_s", "kv_token_s")
+MAX_BATCH = 9
+GAP_LIMIT_S = 0.05  # a longer gap is the engine idle, not the cost of a step
+
+
+@dataclasses.dataclass(frozen=True)
+class StepComposition:
+    """One engine's steps in a replay: duration (the real engine's with the gap after it), prefill
+    tokens, requests decoding."""
+
+    duration_s: np.ndarray
+    prefill_tokens: np.ndarray
+    decodes: np.ndarray
+
+    def decode_seconds(self) -> tuple[float, float]:
+        """Decode-request seconds in decode-only steps and in steps with a prefill."""
+        weighted = self.decodes * self.duration_s
+        decode_only = self.prefill_tokens == 0
+        return float(weighted[decode_only].sum()), float(weighted[~decode_only].sum())
+
+    def decode_only_mean_s(self, batch: int) -> tuple[int, float]:
+        """How many decode-only steps ran `batch` decodes, and their mean duration."""
+        mine = (self.prefill_tokens == 0) & (self.decodes == batch)
+        return int(mine.sum()), float(self.duration_s[mine].mean()) if mine.any() else float("nan")
+
+
+def real_steps(run_log: Path, requests: int) -> StepComposition:
+    """The timed steps of a run log's replay, each with the gap to the next (a gap over
+    `GAP_LIMIT_S`, the engine idle, is left out)."""
+    _, records = replay_records(run_log, requests)
+    timed = [r for r in records if "step_ms" in r]
+    start = np.array([r["t"] for r in timed])
+    step_s = np.array([r["step_ms"] for r in timed]) / 1e3
+    gap = np.clip(np.r_[np.diff(start) - step_s[1:], 0.0], 0.0, None)
+    gap[gap > GAP_LIMIT_S] = 0.0
+    return StepComposition(
+        step_s + gap,
+        np.array([r["prefill_tokens"] for r in timed]),
+        np.array([r["decode_requests"] for r in timed]),
+    )
+
+
+def simulated_steps(records: list[StepRecord]) -> StepComposition:
+    return StepComposition(
+        np.array([r.duration_s for r in records]),
+        np.array([r.prefill_tokens for r in records]),
+        np.array([r.decodes for r in records]),
+    )
+
+
+def scaled(measured: dict[str, Any], scale: float) -> dict[str, Any]:
+    """A measured stack whose loaded step terms are `scale` times the fitted ones."""
+    loaded = {**measured["loaded_steps"], **{k: measured["loaded_steps"][k] * scale for k in LOADED_TERMS}}
+    return {**measured, "loaded_steps": loaded}
+
+
+def simulate(measured: Path, trace: Path, policy: str) -> tuple[dict[str, Any], list[StepRecord]]:
+    """The simulator's replay of `trace` on the stack `measured` under `policy`: its metrics and steps."""
+    config = SimulationConfig(
+        reference=DEFAULT_REFERENCE, gpus=1, workload=TraceFile(trace), measured=measured
+    )
+    steps: list[StepRecord] = []
+    outcome = run_policy(prepare(config), policy, steps.append)
+    return grouped_metrics(outcome.records), steps
+
+
+def _tpot(metrics: dict[str, Any]) -> float:
+    return float(metrics["overall"]["tpot"]["mean"])
+
+
+def _text_ttft(metrics: dict[str, Any]) -> float:
+    return float(metrics["by_modality"]["text"]["ttft"]["mean"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("folder", type=Path, help="one load and seed of `make fidelity`'s output")
+    parser.add_argument("--terms", default="loaded", choices=("loaded", "isolated"))
+    parser.add_argument("--scales", default="1,0.95,0.9,0.85", help="step-term scales to simulate")
+    args = parser.parse_args()
+    folder: Path = args.folder
+    requests = len(read_trace(folder / "trace.jsonl"))
+    served = folder / "served.jsonl"
+    measured_file = folder / f"measured-{args.terms}.json"
+    for policy in POLICIES:
+        bench = json.loads((folder / f"bench-{policy}.json").read_text())["results"][policy]
+        real = real_steps(folder / f"server-{policy}" / RUN_LOG, requests)
+        metrics, records = simulate(measured_file, served, policy)
+        sim = simulated_steps(records)
+        tpot = f"measured TPOT {_tpot(bench) * 1e3:.1f} ms, simulated {_tpot(metrics) * 1e3:.1f} ms"
+        print(f"{folder} {policy}: {tpot}")
+        for name, steps in (("engine", real), ("simulator", sim)):
+            decode_only, with_prefill = steps.decode_seconds()
+            print(
+                f"  {name:9} {len(steps.duration_s):5d} steps; decode-request seconds: decode-only steps "
+                f"{decode_only:6.1f}, steps with a prefill {with_prefill:6.1f}"
+            )
+        print("  decode-only step by requests decoding: engine n, ms | simulator n, ms")
+        for batch in range(1, MAX_BATCH + 1):
+            (n_real, real_s), (n_sim, sim_s) = real.decode_only_mean_s(batch), sim.decode_only_mean_s(batch)
+            print(f"    {batch}: {n_real:5d} {real_s * 1e3:6.2f} | {n_sim:5d} {sim_s * 1e3:6.2f}")
+        if args.terms != "loaded":
+            continue
+        measured = json.loads(measured_file.read_text())
+        with tempfile.TemporaryDirectory() as scratch:
+            for scale in (float(s) for s in args.scales.split(",")):
+                stack = Path(scratch) / f"measured-{scale}.json"
+                stack.write_text(json.dumps(scaled(measured, scale)))
+                metrics, _ = simulate(stack, served, policy)
+                tpot = _tpot(metrics) / _tpot(bench)
+                ttft = _text_ttft(metrics) / _text_ttft(bench)
+                print(f"  step terms x{scale:.2f}: simulated/measured TPOT {tpot:.2f}, text TTFT {ttft:.2f}")
+
+
+if __name__ == "__main__":
+    main()
