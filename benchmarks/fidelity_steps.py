@@ -54,6 +54,13 @@ class StepComposition:
         decode_only = self.prefill_tokens == 0
         return float(weighted[decode_only].sum()), float(weighted[~decode_only].sum())
 
+    def prefill_steps(self) -> tuple[int, float, float]:
+        """How many steps carried a prefill, their mean duration and mean requests decoding in them."""
+        mine = self.prefill_tokens > 0
+        if not mine.any():
+            return 0, float("nan"), float("nan")
+        return int(mine.sum()), float(self.duration_s[mine].mean()), float(self.decodes[mine].mean())
+
     def decode_only_mean_s(self, batch: int) -> tuple[int, float]:
         """How many decode-only steps ran `batch` decodes, and their mean duration."""
         mine = (self.prefill_tokens == 0) & (self.decodes == batch)
@@ -129,9 +136,11 @@ def main() -> None:
         print(f"{folder} {policy}: {tpot}")
         for name, steps in (("engine", real), ("simulator", sim)):
             decode_only, with_prefill = steps.decode_seconds()
+            count, mean_s, decoding = steps.prefill_steps()
             print(
                 f"  {name:9} {len(steps.duration_s):5d} steps; decode-request seconds: decode-only steps "
-                f"{decode_only:6.1f}, steps with a prefill {with_prefill:6.1f}"
+                f"{decode_only:6.1f}, steps with a prefill {with_prefill:6.1f} ({count} steps, "
+                f"{mean_s * 1e3:.0f} ms and {decoding:.1f} decoding on average)"
             )
         print("  decode-only step by requests decoding: engine n, ms | simulator n, ms")
         for batch in range(1, MAX_BATCH + 1):

@@ -16,6 +16,7 @@ def test_decode_seconds_split_by_step_kind() -> None:
     decode_only, with_prefill = steps.decode_seconds()
     assert decode_only == pytest.approx(2 * 0.01 + 4 * 0.02)
     assert with_prefill == pytest.approx(3 * 0.2)
+    assert steps.prefill_steps() == (1, pytest.approx(0.2), pytest.approx(3.0))
     assert steps.decode_only_mean_s(2) == (1, pytest.approx(0.01))
     count, mean = steps.decode_only_mean_s(3)  # the only 3-decode step has a prefill
     assert count == 0 and math.isnan(mean)
