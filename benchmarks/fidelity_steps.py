@@ -29,19 +29,19 @@ from benchmarks.fidelity import RUN_LOG, replay_records
 from rps_serve.metrics import grouped_metrics
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.sim.engine import StepRecord
-from rps_serve.sim.run import SimulationConfig, prepare, run_policy
+from rps_serve.sim.run import SimulationConfig, SimulationSetup, prepare, run_policy
+from rps_serve.sim.step_fit import steps_from_records
 from rps_serve.workload.source import TraceFile
 from rps_serve.workload.trace import read_trace
 
 POLICIES = ("fcfs", "rps")
 LOADED_TERMS = ("step_s", "chunk_token_s", "kv_token_s")
 MAX_BATCH = 9
-GAP_LIMIT_S = 0.05  # a longer gap is the engine idle, not the cost of a step
 
 
 @dataclasses.dataclass(frozen=True)
 class StepComposition:
-    """One engine's steps in a replay: duration (the real engine's with the gap after it), prefill
+    """One engine's steps in a replay: duration (the real engine's with the busy gap after it), prefill
     tokens, requests decoding."""
 
     duration_s: np.ndarray
@@ -67,20 +67,13 @@ class StepComposition:
         return int(mine.sum()), float(self.duration_s[mine].mean()) if mine.any() else float("nan")
 
 
-def real_steps(run_log: Path, requests: int) -> StepComposition:
-    """The timed steps of a run log's replay, each with the gap to the next (a gap over
-    `GAP_LIMIT_S`, the engine idle, is left out)."""
+def real_steps(run_log: Path, requests: int, kv_capacity_tokens: int) -> StepComposition:
+    """The timed steps of a run log's replay (`sim.step_fit.steps_from_records`), each with the gap to
+    the next step where the engine stayed busy (the gap the loaded fit adds to a step)."""
     _, records = replay_records(run_log, requests)
-    timed = [r for r in records if "step_ms" in r]
-    start = np.array([r["t"] for r in timed])
-    step_s = np.array([r["step_ms"] for r in timed]) / 1e3
-    gap = np.clip(np.r_[np.diff(start) - step_s[1:], 0.0], 0.0, None)
-    gap[gap > GAP_LIMIT_S] = 0.0
-    return StepComposition(
-        step_s + gap,
-        np.array([r["prefill_tokens"] for r in timed]),
-        np.array([r["decode_requests"] for r in timed]),
-    )
+    steps = steps_from_records(records, run_log.stem, kv_capacity_tokens)
+    gap_after = np.nan_to_num(np.r_[steps.gap_s[1:], np.nan])
+    return StepComposition(steps.step_s + gap_after, steps.prefill_tokens, steps.decode_requests)
 
 
 def simulated_steps(records: list[StepRecord]) -> StepComposition:
@@ -97,13 +90,17 @@ def scaled(measured: dict[str, Any], scale: float) -> dict[str, Any]:
     return {**measured, "loaded_steps": loaded}
 
 
-def simulate(measured: Path, trace: Path, policy: str) -> tuple[dict[str, Any], list[StepRecord]]:
-    """The simulator's replay of `trace` on the stack `measured` under `policy`: its metrics and steps."""
-    config = SimulationConfig(
-        reference=DEFAULT_REFERENCE, gpus=1, workload=TraceFile(trace), measured=measured
+def prepared(measured: Path, trace: Path) -> SimulationSetup:
+    """The simulator set up to replay `trace` on the stack `measured` (its classes trained once)."""
+    return prepare(
+        SimulationConfig(reference=DEFAULT_REFERENCE, gpus=1, workload=TraceFile(trace), measured=measured)
     )
+
+
+def simulate(setup: SimulationSetup, policy: str) -> tuple[dict[str, Any], list[StepRecord]]:
+    """The simulator's replay of `setup` under `policy`: its metrics and steps."""
     steps: list[StepRecord] = []
-    outcome = run_policy(prepare(config), policy, steps.append)
+    outcome = run_policy(setup, policy, steps.append)
     return grouped_metrics(outcome.records), steps
 
 
@@ -127,36 +124,43 @@ def main() -> None:
     requests = len(read_trace(folder / "trace.jsonl"))
     served = folder / "served.jsonl"
     measured_file = folder / f"measured-{args.terms}.json"
-    for policy in POLICIES:
-        bench = json.loads((folder / f"bench-{policy}.json").read_text())["results"][policy]
-        real = real_steps(folder / f"server-{policy}" / RUN_LOG, requests)
-        metrics, records = simulate(measured_file, served, policy)
-        sim = simulated_steps(records)
-        tpot = f"measured TPOT {_tpot(bench) * 1e3:.1f} ms, simulated {_tpot(metrics) * 1e3:.1f} ms"
-        print(f"{folder} {policy}: {tpot}")
-        for name, steps in (("engine", real), ("simulator", sim)):
-            decode_only, with_prefill = steps.decode_seconds()
-            count, mean_s, decoding = steps.prefill_steps()
-            print(
-                f"  {name:9} {len(steps.duration_s):5d} steps; decode-request seconds: decode-only steps "
-                f"{decode_only:6.1f}, steps with a prefill {with_prefill:6.1f} ({count} steps, "
-                f"{mean_s * 1e3:.0f} ms and {decoding:.1f} decoding on average)"
-            )
-        print("  decode-only step by requests decoding: engine n, ms | simulator n, ms")
-        for batch in range(1, MAX_BATCH + 1):
-            (n_real, real_s), (n_sim, sim_s) = real.decode_only_mean_s(batch), sim.decode_only_mean_s(batch)
-            print(f"    {batch}: {n_real:5d} {real_s * 1e3:6.2f} | {n_sim:5d} {sim_s * 1e3:6.2f}")
-        if args.terms != "loaded":
-            continue
-        measured = json.loads(measured_file.read_text())
-        with tempfile.TemporaryDirectory() as scratch:
+    measured = json.loads(measured_file.read_text())
+    setup = prepared(measured_file, served)
+    with tempfile.TemporaryDirectory() as scratch:
+        rescaled = []
+        if args.terms == "loaded":
             for scale in (float(s) for s in args.scales.split(",")):
                 stack = Path(scratch) / f"measured-{scale}.json"
                 stack.write_text(json.dumps(scaled(measured, scale)))
-                metrics, _ = simulate(stack, served, policy)
-                tpot = _tpot(metrics) / _tpot(bench)
-                ttft = _text_ttft(metrics) / _text_ttft(bench)
-                print(f"  step terms x{scale:.2f}: simulated/measured TPOT {tpot:.2f}, text TTFT {ttft:.2f}")
+                rescaled.append((scale, prepared(stack, served)))
+        for policy in POLICIES:
+            bench = json.loads((folder / f"bench-{policy}.json").read_text())["results"][policy]
+            server_log = folder / f"server-{policy}" / RUN_LOG
+            real = real_steps(server_log, requests, measured["kv_capacity_tokens"])
+            metrics, records = simulate(setup, policy)
+            sim = simulated_steps(records)
+            tpot = f"measured TPOT {_tpot(bench) * 1e3:.1f} ms, simulated {_tpot(metrics) * 1e3:.1f} ms"
+            print(f"{folder} {policy}: {tpot}")
+            for name, steps in (("engine", real), ("simulator", sim)):
+                decode_only, with_prefill = steps.decode_seconds()
+                count, mean_s, decoding = steps.prefill_steps()
+                print(
+                    f"  {name:9} {len(steps.duration_s):5d} steps; decode-request seconds: decode-only "
+                    f"steps {decode_only:6.1f}, steps with a prefill {with_prefill:6.1f} ({count} steps, "
+                    f"{mean_s * 1e3:.0f} ms and {decoding:.1f} decoding on average)"
+                )
+            print("  decode-only step by requests decoding: engine n, ms | simulator n, ms")
+            for batch in range(1, MAX_BATCH + 1):
+                (n_real, real_s), (n_sim, sim_s) = (
+                    real.decode_only_mean_s(batch),
+                    sim.decode_only_mean_s(batch),
+                )
+                print(f"    {batch}: {n_real:5d} {real_s * 1e3:6.2f} | {n_sim:5d} {sim_s * 1e3:6.2f}")
+            for scale, stack_setup in rescaled:
+                metrics, _ = simulate(stack_setup, policy)
+                ratios = f"TPOT {_tpot(metrics) / _tpot(bench):.2f}, text TTFT "
+                ratios += f"{_text_ttft(metrics) / _text_ttft(bench):.2f}"
+                print(f"  step terms x{scale:.2f}: simulated/measured {ratios}")
 
 
 if __name__ == "__main__":

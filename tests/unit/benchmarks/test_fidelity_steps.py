@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmarks.fidelity_steps import GAP_LIMIT_S, StepComposition, real_steps, scaled
+from benchmarks.fidelity_steps import StepComposition, real_steps, scaled
 
 
 def test_decode_seconds_split_by_step_kind() -> None:
@@ -22,21 +22,37 @@ def test_decode_seconds_split_by_step_kind() -> None:
     assert count == 0 and math.isnan(mean)
 
 
-def test_real_steps_add_the_gap_and_drop_idle_time(tmp_path: Path) -> None:
+def test_real_steps_add_the_busy_gap_and_drop_idle_time(tmp_path: Path) -> None:
     log = tmp_path / "run-log.jsonl"
     request = {"kind": "request", "arrival": 10.0}
+    work = {"prefill_requests": 0, "encoder_inputs": 0, "kv": 0.0}
     steps = [
-        {"kind": "step", "t": 10.0, "step_ms": 5.0, "prefill_tokens": 0, "decode_requests": 1},
-        {"kind": "step", "t": 10.006, "step_ms": 5.0, "prefill_tokens": 0, "decode_requests": 1},
-        {"kind": "step", "t": 11.0, "step_ms": 5.0, "prefill_tokens": 8, "decode_requests": 0},
-        {"kind": "step", "t": 11.01},  # untimed: left out
+        {
+            "kind": "step",
+            "t": 10.005,
+            "step_ms": 5.0,
+            "prefill_tokens": 0,
+            "decode_requests": 1,
+            "running": 1,
+        },
+        # Ends 1 ms after the first: the engine stayed busy in between.
+        {
+            "kind": "step",
+            "t": 10.011,
+            "step_ms": 5.0,
+            "prefill_tokens": 0,
+            "decode_requests": 1,
+            "running": 0,
+        },
+        # Nothing was running after the second: the ~1 s before this one is the engine idle.
+        {"kind": "step", "t": 11.0, "step_ms": 5.0, "prefill_tokens": 8, "decode_requests": 0, "running": 1},
+        {"kind": "step", "t": 11.01, "running": 1},  # untimed: left out
     ]
-    log.write_text("\n".join(json.dumps(r) for r in [request, *steps]) + "\n")
-    composed = real_steps(log, requests=1)
-    # 1 ms gap after the first; the second's gap (~0.99 s) is the engine idle, past GAP_LIMIT_S.
-    assert GAP_LIMIT_S < 0.99 - 0.005
+    log.write_text("\n".join(json.dumps(r) for r in [request, *({**work, **s} for s in steps)]) + "\n")
+    composed = real_steps(log, requests=1, kv_capacity_tokens=1000)
     np.testing.assert_allclose(composed.duration_s, [0.006, 0.005, 0.005], atol=1e-9)
     np.testing.assert_array_equal(composed.prefill_tokens, [0, 0, 8])
+    np.testing.assert_array_equal(composed.decodes, [1, 1, 0])
 
 
 def test_scaled_scales_the_loaded_terms_only() -> None:
