@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats
+from rps_serve.scheduling.regulator import PriorityRegulator
 
 T = TypeVar("T", bound=Hashable)
 
@@ -61,6 +61,7 @@ class ClassQueues(Generic[T]):
         self.regulator = regulator
         self._clock = clock
         self._queues: list[deque[_Entry[T]]] = [deque() for _ in range(regulator.num_levels)]
+        self._counts = [0] * regulator.num_levels  # per class, its queue and runs together
         self._arrival_sums = [0.0] * regulator.num_levels
         self._entries: dict[T, _Entry[T]] = {}
         self._seq = itertools.count()
@@ -75,22 +76,21 @@ class ClassQueues(Generic[T]):
         self.visited = 0
         self.now = clock()
 
-    def begin_iteration(self) -> list[QueueStats]:
+    def begin_iteration(self) -> None:
         self.now = self._clock()
         self._scores.clear()
         self._best = None
         self._fresh_score = None
-        stats = self.stats()
-        self.regulator.observe(stats)
-        return stats
+        self.regulator.observe(self.stats())
 
-    def stats(self) -> list[QueueStats]:
-        """Length and mean waiting time of every class queue at `now`."""
-        stats = []
-        for queue, runs, total in zip(self._queues, self._runs, self._arrival_sums, strict=True):
-            count = len(queue) + sum(map(len, runs.values())) if runs else len(queue)
-            stats.append(QueueStats(count, max(self.now - total / count, 0.0) if count else 0.0))
-        return stats
+    def stats(self) -> list[tuple[int, float]]:
+        """Length and mean waiting time of every class queue at `now` (plain tuples: a step makes
+        them for every class, and `QueueStats` objects cost several times as much)."""
+        now = self.now
+        return [
+            (count, max(now - total / count, 0.0) if count else 0.0)
+            for count, total in zip(self._counts, self._arrival_sums, strict=True)
+        ]
 
     def add(self, item: T, level: int, arrival_time: float, group: Hashable | None = None) -> None:
         """Queue `item` in its class, placed by arrival time (a preempted request returns near the head);
@@ -105,6 +105,7 @@ class ClassQueues(Generic[T]):
         if group is not None and self._skipped is not None and self._skipped(group):
             self._skipped_count += 1
         self._entries[item] = entry
+        self._counts[level] += 1
         self._arrival_sums[level] += arrival_time
 
     def remove(self, item: T) -> None:
@@ -130,8 +131,9 @@ class ClassQueues(Generic[T]):
                 self._skipped_count -= 1
             if not runs[entry.group]:
                 del runs[entry.group]
+        self._counts[entry.level] -= 1
         self._arrival_sums[entry.level] -= entry.arrival_time
-        if not self._queues[entry.level] and not self._runs[entry.level]:
+        if not self._counts[entry.level]:
             self._arrival_sums[entry.level] = 0.0  # drop accumulated rounding error
 
     def __contains__(self, item: object) -> bool:
@@ -218,10 +220,8 @@ class ClassQueues(Generic[T]):
                 yield run
 
     def _class_head(self, level: int) -> _Entry[T] | None:
-        """The oldest visible request of a class: within a class, older ranks first."""
-        if not self._runs[level]:  # no held group: the class queue's head (the usual step)
-            self.visited += 1
-            return self._queues[level][0] if self._queues[level] else None
+        """The oldest visible request of a class, parked groups included: within a class, older ranks
+        first."""
         heads = [queue[0] for queue in self._visible(level)]
         self.visited += len(heads)
         return min(heads, key=_arrival_order, default=None)
@@ -233,16 +233,21 @@ class ClassQueues(Generic[T]):
             return self._best
         best: _Entry[T] | None = None
         best_key = (math.inf, math.inf, 0)
-        for level in range(len(self._queues)):
-            if (head := self._class_head(level)) is not None:
-                key = (self._head_score(head), *_arrival_order(head))
+        for level, queue in enumerate(self._queues):
+            if self._runs[level]:
+                head = self._class_head(level)
+            else:  # no parked group (the usual step): the class queue's head
+                self.visited += 1
+                head = queue[0] if queue else None
+            if head is not None:
+                key = (self._head_score(head), head.arrival_time, head.seq)
                 if best is None or key < best_key:
                     best, best_key = head, key
         if best is None:
             raise IndexError("no request is waiting")
         if self._guard and best.level > 0:
             if self._fresh_score is None:  # the guard's yardstick: a lightest-class arrival
-                self._fresh_score = self.score(0, self.now)
+                self._fresh_score = self.regulator.score(0, self.now, self.now)
             if best_key[0] <= self._fresh_score:
                 self._held = best
         self._best = best

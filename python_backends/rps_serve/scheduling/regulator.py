@@ -23,32 +23,47 @@ def boost_from_excess(excess: float, settings: PressureSettings) -> int:
 
 
 class QueuePressure:
-    """Tracks one class's queue length and mean age against their EMAs; yields the boost in [1, 3].
+    """Tracks each class queue's length and mean age against their EMAs; yields each class's boost in
+    [1, max_boost].
 
-    `age_floor_s`: the EMA age a queue's mean age is compared with at least (see `PressureSettings`).
+    `age_floors_s`: per class, the EMA age its mean age is compared with at least (see
+    `PressureSettings`). Every class is updated in one call, the settings read once: a scheduling step
+    runs this after the model's forward pass, when every object it touches is out of the caches.
     """
 
-    def __init__(self, settings: PressureSettings, age_floor_s: float | None = None) -> None:
+    def __init__(self, settings: PressureSettings, age_floors_s: Sequence[float | None]) -> None:
         self._settings = settings
-        self._age_floor_s = max(settings.min_ema_age_s, age_floor_s or 0.0)
-        self._ema_length: float | None = None
-        self._ema_age: float | None = None
-        self.boost = 1
+        self._age_floors_s = [max(settings.min_ema_age_s, floor or 0.0) for floor in age_floors_s]
+        self._ema_length: list[float | None] = [None] * len(self._age_floors_s)
+        self._ema_age = [0.0] * len(self._age_floors_s)
+        self.boosts = [1.0] * len(self._age_floors_s)
 
-    def observe(self, stats: QueueStats) -> int:
+    def observe(self, stats: Sequence[tuple[int, float]]) -> list[float]:
+        """Feed one iteration's statistics, (length, mean age) per class (a `QueueStats` or a plain
+        tuple); returns the classes' boosts."""
+        if len(stats) != len(self.boosts):
+            raise ValueError(f"expected stats for {len(self.boosts)} class levels, got {len(stats)}")
         s = self._settings
-        if stats.length == 0:
-            self.boost = 1
-            return self.boost
-        if self._ema_length is None or self._ema_age is None:
-            self._ema_length, self._ema_age = float(stats.length), stats.mean_age_s
-        age_ratio = stats.mean_age_s / max(self._ema_age, self._age_floor_s)
-        length_ratio = stats.length / max(self._ema_length, s.min_ema_length)
-        excess = max(0.0, s.age_weight * (age_ratio - 1) + s.length_weight * (length_ratio - 1))
-        self.boost = boost_from_excess(excess, s)
-        self._ema_length += s.ema_alpha * (stats.length - self._ema_length)
-        self._ema_age += s.ema_alpha * (stats.mean_age_s - self._ema_age)
-        return self.boost
+        alpha, min_length = s.ema_alpha, s.min_ema_length
+        age_weight, length_weight = s.age_weight, s.length_weight
+        ema_lengths, ema_ages, floors = self._ema_length, self._ema_age, self._age_floors_s
+        boosts = []
+        for level, (length, age) in enumerate(stats):
+            if length == 0:  # no pressure; the EMAs stay as they were
+                boosts.append(1.0)
+                continue
+            ema_length = ema_lengths[level]
+            if ema_length is None:  # the first requests: their own history
+                ema_length, ema_ages[level] = float(length), age
+            ema_age = ema_ages[level]
+            excess = age_weight * (age / max(ema_age, floors[level]) - 1) + length_weight * (
+                length / max(ema_length, min_length) - 1
+            )
+            boosts.append(float(boost_from_excess(excess, s)) if excess > 0 else 1.0)
+            ema_lengths[level] = ema_length + alpha * (length - ema_length)
+            ema_ages[level] = ema_age + alpha * (age - ema_age)
+        self.boosts = boosts
+        return boosts
 
 
 class PriorityRegulator:
@@ -56,9 +71,11 @@ class PriorityRegulator:
 
     Scores are -log(priority) for rps/static/aging, the deadline (arrival + class SLO) for edf and
     the arrival time for fcfs. Within one class every policy orders by arrival, which lets the
-    Queue Manager keep one FIFO per class and merge them. `score` takes one request in plain floats
-    (a scheduling step scores a handful of queue heads, where numpy's per-call cost dominates);
-    `scores` takes arrays (the simulator's batches). Both evaluate `_priority`.
+    Queue Manager keep one FIFO per class and merge them. `score(level, arrival, now)` takes one
+    request in plain floats (a scheduling step scores a handful of queue heads, where numpy's per-call
+    cost dominates); `scores` takes arrays (the simulator's batches). Both evaluate the order's function
+    of `_PRIORITY`. `score` is the order's own function, chosen once: a step calls it after the model's
+    forward pass, where every lookup on the way is a cache miss.
     """
 
     def __init__(
@@ -70,24 +87,24 @@ class PriorityRegulator:
         self.policy = policy
         self.ladder = tuple(ladder)
         self._order = policy.row.order
-        self._pressure = [QueuePressure(pressure or PressureSettings(), c.slo_s) for c in self.ladder]
+        self._pressure = QueuePressure(pressure or PressureSettings(), [c.slo_s for c in self.ladder])
         self._static = [c.static_priority for c in self.ladder]
         self._p = [c.p for c in self.ladder]
         self._k = [c.k for c in self.ladder]
         self._slo = [c.slo_s for c in self.ladder]
         self._boost = [1.0] * len(self.ladder)
+        self._priority_of = _PRIORITY.get(self._order)
+        scorers = {Order.ARRIVAL: self._arrival_score, Order.DEADLINE: self._deadline_score}
+        self.score: Callable[[int, float, float], float] = scorers.get(self._order, self._priority_score)
 
     @property
     def num_levels(self) -> int:
         return len(self.ladder)
 
-    def observe(self, stats: Sequence[QueueStats]) -> None:
-        """Feed this iteration's per-class queue statistics; updates each class's boost."""
-        if len(stats) != self.num_levels:
-            raise ValueError(f"expected stats for {self.num_levels} class levels, got {len(stats)}")
-        self._boost = [
-            float(pressure.observe(queue)) for pressure, queue in zip(self._pressure, stats, strict=True)
-        ]
+    def observe(self, stats: Sequence[tuple[int, float]]) -> None:
+        """Feed this iteration's per-class queue statistics (`QueuePressure.observe`); updates each
+        class's boost."""
+        self._boost = self._pressure.observe(stats)
 
     def boosts(self) -> list[int]:
         return [int(b) for b in self._boost]
@@ -97,25 +114,22 @@ class PriorityRegulator:
         static, p, k, boost = (
             np.asarray(values)[levels] for values in (self._static, self._p, self._k, self._boost)
         )
+        if self._priority_of is None:
+            raise ValueError(f"{self._order.value} is not a priority order")
         waiting = np.maximum(now - arrivals, 0.0)
-        return np.asarray(_priority(self._order, np.expm1, static, p, k, boost, waiting), dtype=float)
+        return np.asarray(self._priority_of(np.expm1, static, p, k, boost, waiting), dtype=float)
 
-    def score(self, level: int, arrival: float, now: float) -> float:
-        """Score of one request of `level` that arrived at `arrival`, at `now`."""
-        if self._order is Order.ARRIVAL:
-            return arrival
-        if self._order is Order.DEADLINE:
-            return arrival + self._slo[level]
-        # In one frame: a scheduling step scores its class heads here, one call each.
+    def _arrival_score(self, level: int, arrival: float, now: float) -> float:
+        return arrival
+
+    def _deadline_score(self, level: int, arrival: float, now: float) -> float:
+        return arrival + self._slo[level]
+
+    def _priority_score(self, level: int, arrival: float, now: float) -> float:
+        assert self._priority_of is not None
         waiting = now - arrival if now > arrival else 0.0
-        priority = _priority(
-            self._order,
-            math.expm1,
-            self._static[level],
-            self._p[level],
-            self._k[level],
-            self._boost[level],
-            waiting,
+        priority = self._priority_of(
+            math.expm1, self._static[level], self._p[level], self._k[level], self._boost[level], waiting
         )
         return -math.log(priority) if priority > 0 else math.inf
 
@@ -129,24 +143,33 @@ class PriorityRegulator:
             return np.asarray(-np.log(self.priorities(levels, arrivals, now)))
 
 
-def _priority(
-    order: Order, expm1: Callable[[Any], Any], static: Any, p: Any, k: Any, boost: Any, waiting: Any
-) -> Any:
-    """static + 1 - exp(-k * boost * waiting ** p), or one of its terms, as `order` has it: over floats
-    (`expm1` = math.expm1) or arrays (numpy.expm1) alike."""
-    if order is Order.STATIC:
-        return static
-    aging = -expm1(-k * boost * waiting**p)
-    if order is Order.STATIC_AND_AGING:
-        return static + aging
-    if order is Order.AGING:
-        return aging
-    raise ValueError(f"{order.value} is not a priority order")
+# The priority of a request under each priority order, static + 1 - exp(-k * boost * waiting ** p) or
+# one of its terms, over floats (`expm1` = math.expm1) or arrays (numpy.expm1) alike.
+_Expm1 = Callable[[Any], Any]
+
+
+def _static(expm1: _Expm1, static: Any, p: Any, k: Any, boost: Any, waiting: Any) -> Any:
+    return static
+
+
+def _aging(expm1: _Expm1, static: Any, p: Any, k: Any, boost: Any, waiting: Any) -> Any:
+    return -expm1(-k * boost * waiting**p)
+
+
+def _static_and_aging(expm1: _Expm1, static: Any, p: Any, k: Any, boost: Any, waiting: Any) -> Any:
+    return static - expm1(-k * boost * waiting**p)
+
+
+_PRIORITY: dict[Order, Callable[..., Any]] = {
+    Order.STATIC: _static,
+    Order.AGING: _aging,
+    Order.STATIC_AND_AGING: _static_and_aging,
+}
 
 
 def aging(params: ClassParameters, waiting_s: float, boost: float = 1.0) -> float:
     """The aging term of `params`'s class after `waiting_s` seconds under `boost`."""
-    return -math.expm1(-params.k * boost * waiting_s**params.p)
+    return float(_aging(math.expm1, params.static_priority, params.p, params.k, boost, waiting_s))
 
 
 def outrank_wait_s(

@@ -10,7 +10,7 @@ from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
 
 from rps_serve.scheduling.queues import ClassQueues
-from rps_serve.scheduling.regulator import PriorityRegulator, QueueStats
+from rps_serve.scheduling.regulator import PriorityRegulator
 
 
 class ClassRequestQueue(RequestQueue):
@@ -28,14 +28,11 @@ class ClassRequestQueue(RequestQueue):
         classify: Callable[[Request], int],
         group_of: Callable[[Request, int], Hashable | None] | None = None,
     ) -> None:
-        self._queues: ClassQueues[Request] = ClassQueues(regulator, clock=time.time)
+        # The scheduler calls `classes.begin_iteration()` itself, a step's first call.
+        self.classes: ClassQueues[Request] = ClassQueues(regulator, clock=time.time)
         self._classify = classify
         self._group_of = group_of
         self._levels: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
-
-    @property
-    def classes(self) -> ClassQueues[Request]:
-        return self._queues
 
     def level(self, request: Request) -> int:
         """Class level of a request this queue has seen (waiting or not)."""
@@ -45,19 +42,16 @@ class ClassRequestQueue(RequestQueue):
             level = self._levels[request] = self._classify(request)
             return level
 
-    def begin_iteration(self) -> list[QueueStats]:
-        return self._queues.begin_iteration()
-
     def add_request(self, request: Request) -> None:
         level = self.level(request)
         group = None if self._group_of is None else self._group_of(request, level)
-        self._queues.add(request, level, request.arrival_time, group)
+        self.classes.add(request, level, request.arrival_time, group)
 
     def pop_request(self) -> Request:
-        return self._queues.pop()
+        return self.classes.pop()
 
     def peek_request(self) -> Request:
-        return self._queues.peek()
+        return self.classes.peek()
 
     def prepend_request(self, request: Request) -> None:
         self.add_request(request)
@@ -67,23 +61,23 @@ class ClassRequestQueue(RequestQueue):
             self.add_request(request)
 
     def remove_request(self, request: Request) -> None:
-        self._queues.remove(request)
+        self.classes.remove(request)
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         for request in requests:
-            if request in self._queues:
-                self._queues.remove(request)
+            if request in self.classes:
+                self.classes.remove(request)
 
     def __getitem__(self, index: int) -> Request:
         """The waiting request at `index` in priority order: vLLM's FCFS queue is a deque, and callers
         (vLLM's own tests among them) index it."""
-        return self._queues.ordered()[index]
+        return self.classes.ordered()[index]
 
     def __bool__(self) -> bool:
-        return bool(self._queues)
+        return bool(self.classes)
 
     def __len__(self) -> int:
-        return len(self._queues)
+        return len(self.classes)
 
     def __iter__(self) -> Iterator[Request]:
-        return iter(self._queues.ordered())
+        return iter(self.classes.ordered())

@@ -2,7 +2,7 @@
 
 Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes:
 - `self.waiting` is a `ClassRequestQueue`: requests come out in RPS priority order, recomputed at
-  every step (`begin_iteration`);
+  every step (`ClassQueues.begin_iteration`);
 - before the loop, the best waiting request may evict a running request of a heavier class when the
   KV cache keeps it out (`PreemptionRule`; recompute preemption, as vLLM's own);
 - a running request part-way through its prefill can sit out a step while a waiting request that
@@ -108,6 +108,10 @@ class _RPSMixin(Scheduler):
         self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
         if self.rps.observed_costs is not None:
             self._costs = _ObservedCosts(Path(self.rps.observed_costs))
+        # Read once, not at every step: a step reads them after the forward pass, each a cache miss.
+        by_class = self.rps.policy.row.by_class
+        self._caps_chunks = by_class and bool(self.rps.chunk_cap_tokens)
+        self._yields_prefills = by_class and self.rps.yield_prefills
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
             self.rps.policy.value,
@@ -157,7 +161,7 @@ class _RPSMixin(Scheduler):
         return StepWork(prefill, decode, completed)
 
     def _schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        self.waiting.begin_iteration()
+        self.waiting.classes.begin_iteration()
         # With every sequence slot taken no waiting request can start this step, so neither a hold,
         # an eviction nor a chunk cap would change what runs: skip them (and the scoring they need).
         if len(self.running) >= self.max_num_running_reqs:
@@ -214,14 +218,16 @@ class _RPSMixin(Scheduler):
         finished request, and evicting for slots near saturation piles up recompute work."""
         if self.preemption_rule is None or not self.waiting:
             return
+        # Only a running request of a heavier class than the candidate's can be evicted: without one
+        # above the lightest class, nothing else needs a look. Every request in the engine has been
+        # through the waiting queue, which set its priority to its level (`_classify`).
+        heavier = [r for r in self.running if r.status == RequestStatus.RUNNING and r.priority > 0]
+        if not heavier:
+            return
         candidate = self.waiting.peek_request()
         if not self._kv_short_for(candidate):
             return
-        # Only a heavier class can be evicted: without one running, no scores are needed.
-        level = self.waiting.level(candidate)
-        running = [
-            r for r in self.running if r.status == RequestStatus.RUNNING and self.waiting.level(r) > level
-        ]
+        running = [r for r in heavier if r.priority > candidate.priority]
         if not running:
             return
         waiting, *contenders = self._contenders([candidate, *running])
@@ -238,7 +244,7 @@ class _RPSMixin(Scheduler):
         lighter class and a better score), when the KV cache has room for it: they sit this step out.
         Once per waiting request: if it is still waiting after they yielded to it (something else kept
         it out, the encoder cache for one), they go on, so that nothing waits on a step that never comes."""
-        if not self.rps.yield_prefills or not self.rps.policy.row.by_class or not self.waiting:
+        if not self._yields_prefills or not self.waiting:
             return []
         candidate = self.waiting.peek_request()
         if candidate is self._yielded_to or self._kv_short_for(candidate):
@@ -300,7 +306,7 @@ class _RPSMixin(Scheduler):
         return super().finish_requests(ids, *args, **kwargs)
 
     def _prefill_cap(self) -> int:
-        if not self.rps.policy.row.by_class or not self.rps.chunk_cap_tokens or not self.waiting:
+        if not self._caps_chunks or not self.waiting:
             return 0
         prefilling = (
             self.waiting.level(r) for r in self.running if r.num_computed_tokens < r.num_prompt_tokens

@@ -87,21 +87,21 @@ def test_boost_from_excess(excess: float, boost: int) -> None:
 
 
 def test_pressure_rises_when_queue_outgrows_its_history() -> None:
-    pressure = QueuePressure(PressureSettings())
+    pressure = QueuePressure(PressureSettings(), [None])
     for _ in range(500):
-        assert pressure.observe(QueueStats(length=4, mean_age_s=1.0)) == 1
+        assert pressure.observe([QueueStats(length=4, mean_age_s=1.0)])[0] == 1
     # Age doubles and length doubles: excess = 0.7 * 1 + 0.3 * 1 = 1.0 -> boost 3.
-    assert pressure.observe(QueueStats(length=8, mean_age_s=2.0)) == 3
+    assert pressure.observe([QueueStats(length=8, mean_age_s=2.0)])[0] == 3
     # A shorter, younger queue than usual is no pressure.
-    assert pressure.observe(QueueStats(length=1, mean_age_s=0.1)) == 1
+    assert pressure.observe([QueueStats(length=1, mean_age_s=0.1)])[0] == 1
 
 
 def test_first_arrival_after_idle_is_not_maximal_pressure() -> None:
-    pressure = QueuePressure(PressureSettings())
+    pressure = QueuePressure(PressureSettings(), [None])
     for _ in range(100):
-        pressure.observe(QueueStats(0, 0.0))
+        pressure.observe([QueueStats(0, 0.0)])
     # Against the floors (1 request, 0.1 s): 0.7 * (0.01 / 0.1 - 1) + 0.3 * (1 / 1 - 1) < 0 -> boost 1.
-    assert pressure.observe(QueueStats(1, 0.01)) == 1
+    assert pressure.observe([QueueStats(1, 0.01)])[0] == 1
 
 
 def test_outrank_wait_matches_hand_computation() -> None:
@@ -146,25 +146,25 @@ def test_policy_parse_names_the_choices() -> None:
 
 
 def test_an_empty_queue_leaves_its_history_alone() -> None:
-    busy, idle_between = QueuePressure(PressureSettings()), QueuePressure(PressureSettings())
+    busy, idle_between = QueuePressure(PressureSettings(), [None]), QueuePressure(PressureSettings(), [None])
     for _ in range(500):
-        busy.observe(QueueStats(length=4, mean_age_s=2.0))
-        idle_between.observe(QueueStats(length=4, mean_age_s=2.0))
-        assert idle_between.observe(QueueStats(0, 0.0)) == 1  # an empty queue is under no pressure
+        busy.observe([QueueStats(length=4, mean_age_s=2.0)])
+        idle_between.observe([QueueStats(length=4, mean_age_s=2.0)])
+        assert idle_between.observe([QueueStats(0, 0.0)])[0] == 1  # an empty queue is under no pressure
     # Steps without requests did not pull the EMAs towards 0: the same queue reads the same.
     probe = QueueStats(length=6, mean_age_s=3.0)
-    assert idle_between.observe(probe) == busy.observe(probe) == 2
+    assert idle_between.observe([probe])[0] == busy.observe([probe])[0] == 2
 
 
 def test_a_fresh_rock_is_not_under_pressure_before_its_class_slo() -> None:
     rocks = class_ladder(3)[ROCKS]
-    pressure = QueuePressure(PressureSettings(), age_floor_s=rocks.slo_s)
+    pressure = QueuePressure(PressureSettings(), [rocks.slo_s])
     for _ in range(200):
-        pressure.observe(QueueStats(0, 0.0))
+        pressure.observe([QueueStats(0, 0.0)])
     ages = np.arange(0.0, rocks.slo_s, 0.01)
-    assert all(pressure.observe(QueueStats(1, float(age))) == 1 for age in ages)
+    assert all(pressure.observe([QueueStats(1, float(age))])[0] == 1 for age in ages)
     # Long past its SLO, the same queue is.
-    assert pressure.observe(QueueStats(1, 3 * rocks.slo_s)) > 1
+    assert pressure.observe([QueueStats(1, 3 * rocks.slo_s)])[0] > 1
 
 
 @pytest.mark.parametrize("scale", [0.5, 3.0])
