@@ -62,8 +62,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--reuse-servers",
         action="store_true",
-        help="keep a server for the next run where the same policy runs next (fewer server starts; "
-        "each seed's policies still run back to back, in the reverse order of the seed before)",
+        help="keep a server for the next run where the same policy runs next, the capacity search's "
+        "FCFS server included (fewer server starts; each seed's policies still run back to back, in "
+        "the reverse order of the seed before)",
     )
     parser.add_argument(
         "--out", type=Path, metavar="DIR", default=Path("out/demo"), help="results, plots and server logs"

@@ -28,6 +28,7 @@ import functools
 import itertools
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
@@ -213,25 +214,29 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
         progress(placement.describe())
     loads = [LoadRuns(rate, None) for rate in config.rates]
     closed = opened = None
-    if not loads:
-        closed, opened = _find_capacity(config, placement, progress)
-        above = not any(p.bounded for p in opened.probes)
-        loads = [
-            LoadRuns(f * opened.rate, f, bracketed=opened.bracketed, above=above)
-            for f in config.load_fractions
-        ]
-    total, counter = len(loads) * config.repeats * len(config.policies), itertools.count(1)
+    with _Servers(config, placement) as servers:
+        if not loads:
+            closed, opened = _find_capacity(config, servers.start("fcfs", "capacity", runs=False), progress)
+            above = not any(p.bounded for p in opened.probes)
+            loads = [
+                LoadRuns(f * opened.rate, f, bracketed=opened.bracketed, above=above)
+                for f in config.load_fractions
+            ]
+        total, counter = len(loads) * config.repeats * len(config.policies), itertools.count(1)
 
-    def run_started(line: str) -> None:
-        progress(f"[{next(counter)}/{total}] {line}")
+        def run_started(line: str) -> None:
+            progress(f"[{next(counter)}/{total}] {line}")
 
-    for load in loads:
-        runs: dict[str, dict[int, PolicyRun]] = {}
-        for policy, seeds in run_order(config.policies, range(config.repeats), config.reuse_servers):
-            name = f"{policy}-{load.rate:.2f}-" + "-".join(str(s + 1) for s in seeds)
-            done = _runs_on_one_server(config, placement, policy, name, load.rate, seeds, run_started)
-            runs.setdefault(policy, {}).update(zip(seeds, done, strict=True))
-        load.runs = {policy: [by_seed[s] for s in range(config.repeats)] for policy, by_seed in runs.items()}
+        for load in loads:
+            runs: dict[str, dict[int, PolicyRun]] = {}
+            for policy, seeds in run_order(config.policies, range(config.repeats), config.reuse_servers):
+                name = f"{policy}-{load.rate:.2f}-" + "-".join(str(s + 1) for s in seeds)
+                endpoints = servers.start(policy, name)
+                done = _runs_on_one_server(
+                    config, endpoints, servers.run_log, policy, load.rate, seeds, run_started
+                )
+                runs.setdefault(policy, {}).update(zip(seeds, done, strict=True))
+            load.runs = {p: [by_seed[s] for s in range(config.repeats)] for p, by_seed in runs.items()}
     return DemoRuns(loads, placement, closed, opened)
 
 
@@ -254,30 +259,90 @@ def run_order(
 
 def _runs_on_one_server(
     config: DemoConfig,
-    placement: Placement | None,
+    endpoints: Endpoints,
+    run_log: Path,
     policy: str,
-    name: str,
     rate: float,
     repeats: list[int],
     run_started: Callable[[str], None],
 ) -> list[PolicyRun]:
     """`repeats`' traces under `policy`, one after another (each drained before the next: `run_bench`
-    waits for every answer) on one fresh server."""
-    run_log = config.out.resolve() / "runs" / f"{name}.jsonl"
-    run_log.unlink(missing_ok=True)
+    waits for every answer) on the server at `endpoints`, which writes `run_log`."""
     runs = []
-    with _server(config, placement, policy, name, run_log) as endpoints:
-        for repeat in repeats:
-            run_started(f"{policy}, seed {config.seed + repeat}: {config.requests} requests at {rate:.2f}/s")
-            before = process_usage(endpoints.pid)
-            bench = run_bench(_bench_config(config, endpoints, policy, rate, config.seed + repeat))
-            processes = usage_during(before, process_usage(endpoints.pid))
-            fit = ServedFit.of(scrape(endpoints.metrics_url))
-            (window,) = steady([bench.records])
-            origin = bench.clock_origin_s
-            start, end = origin + window.arrival_s.min(), origin + window.arrival_s.max()
-            runs.append(PolicyRun(bench, summarize(run_log, start, end, window, origin), processes, fit))
+    for repeat in repeats:
+        run_started(f"{policy}, seed {config.seed + repeat}: {config.requests} requests at {rate:.2f}/s")
+        before = process_usage(endpoints.pid)
+        bench = run_bench(_bench_config(config, endpoints, policy, rate, config.seed + repeat))
+        processes = usage_during(before, process_usage(endpoints.pid))
+        fit = ServedFit.of(scrape(endpoints.metrics_url))
+        (window,) = steady([bench.records])
+        origin = bench.clock_origin_s
+        start, end = origin + window.arrival_s.min(), origin + window.arrival_s.max()
+        runs.append(PolicyRun(bench, summarize(run_log, start, end, window, origin), processes, fit))
     return runs
+
+
+class _Servers:
+    """The demo's servers, one at a time, each named after its runs (its log `tritonserver-NAME.log`,
+    its run log `runs/NAME.jsonl`).
+
+    A server stops in the background while the next one starts: its shutdown is mostly vLLM's
+    processes winding down (some 8 s on two cores), and the start it overlaps measures nothing. With
+    `reuse_servers`, the first runs take over the capacity search's server where they run its policy
+    (a server started for them would be the same server, one start later); they read its run log
+    over their own windows."""
+
+    def __init__(self, config: DemoConfig, placement: Placement | None) -> None:
+        self._config, self._placement = config, placement
+        self._server: AbstractContextManager[Endpoints] | None = None
+        self._endpoints: Endpoints | None = None
+        self._policy = ""
+        self._takeover = False  # the server is a capacity search's, which the first runs may take over
+        self.run_log = Path()
+        self._stopping: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
+
+    def start(self, policy: str, name: str, runs: bool = True) -> Endpoints:
+        """A server for `policy`'s runs (`runs` False: for a capacity search, whose server the first
+        runs of its policy may take over)."""
+        if self._endpoints is not None and self._takeover and self._policy == policy and runs:
+            self._takeover = False
+            return self._endpoints
+        self._stop_in_background()
+        self.run_log = self._config.out.resolve() / "runs" / f"{name}.jsonl"
+        self.run_log.unlink(missing_ok=True)
+        server = _server(self._config, self._placement, policy, name, self.run_log)
+        self._endpoints = server.__enter__()
+        self._server, self._policy = server, policy
+        self._takeover = not runs and self._config.reuse_servers
+        return self._endpoints
+
+    def _stop_in_background(self) -> None:
+        if self._server is None:
+            return
+        stopping = threading.Thread(target=self._stop, args=(self._server,), name="server-stop")
+        stopping.start()
+        self._stopping.append(stopping)
+        self._server = self._endpoints = None
+
+    def _stop(self, server: AbstractContextManager[Endpoints]) -> None:
+        try:
+            server.__exit__(None, None, None)
+        except BaseException as error:  # reported when the demo ends (`__exit__`)
+            self._errors.append(error)
+
+    def __enter__(self) -> _Servers:
+        return self
+
+    def __exit__(self, *failure: object) -> None:
+        """Every server stopped before the demo goes on (or its error goes up)."""
+        if self._server is not None:
+            self._stop(self._server)
+            self._server = self._endpoints = None
+        for stopping in self._stopping:
+            stopping.join()
+        if self._errors and failure[0] is None:
+            raise self._errors[0]
 
 
 def server_environment(
@@ -323,9 +388,10 @@ def _bench_config(
 
 
 def _find_capacity(
-    config: DemoConfig, placement: Placement | None, progress: Callable[[str], None]
+    config: DemoConfig, endpoints: Endpoints, progress: Callable[[str], None]
 ) -> tuple[Capacity, OpenLoopCapacity]:
-    """On one FCFS server: the closed-loop rate, then the open-loop capacity bracketed from it."""
+    """On the FCFS server at `endpoints`: the closed-loop rate, then the open-loop capacity bracketed
+    from it."""
     seed = config.seed + CAPACITY_SEED_OFFSET
     served = RequestFormat.of_model(config.model)
     probes = iter(range(1, config.probes + 1))
@@ -338,11 +404,10 @@ def _find_capacity(
         trace = workload.trace()
         return replay(endpoints.grpc_url, trace, build_requests(trace, served, DEMO_CONTENT, seed + n))
 
-    with _server(config, placement, "fcfs", "capacity") as endpoints:
-        stream = request_stream(config.mix, served, seed, content_seed=seed, limits=DEMO_CONTENT)
-        progress(f"capacity: {config.calibrate_s:g} s closed loop, then {config.probes} open-loop probes")
-        closed = measure_capacity(endpoints.grpc_url, stream, config.calibrate_s)
-        if closed.rate <= 0:
-            raise RuntimeError(f"the server completed no request in {config.calibrate_s:g} s")
-        opened = search_open_loop_capacity(probe, ceiling=closed.rate, probes=config.probes)
+    stream = request_stream(config.mix, served, seed, content_seed=seed, limits=DEMO_CONTENT)
+    progress(f"capacity: {config.calibrate_s:g} s closed loop, then {config.probes} open-loop probes")
+    closed = measure_capacity(endpoints.grpc_url, stream, config.calibrate_s)
+    if closed.rate <= 0:
+        raise RuntimeError(f"the server completed no request in {config.calibrate_s:g} s")
+    opened = search_open_loop_capacity(probe, ceiling=closed.rate, probes=config.probes)
     return closed, opened
