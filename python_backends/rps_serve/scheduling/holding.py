@@ -83,6 +83,7 @@ class DecodeHolds(Generic[R]):
             weakref.WeakSet() if weak else set() for _ in range(num_levels)
         ]
         self._active: list[list[_Cohort]] = [[] for _ in range(num_levels)]
+        self._maybe_undecided = False  # False once the undecided sets were found empty, until an arrival
         self._in_force: set[int] = set()
         self._keys = itertools.count()
         self.checks = 0
@@ -97,11 +98,16 @@ class DecodeHolds(Generic[R]):
             self._cohorts[request] = None
         else:
             self._undecided[level].add(request)
+            self._maybe_undecided = True
         return None
 
     def pending(self) -> bool:
-        """Whether a step has holds to decide or to check (else `step` would find nothing to do)."""
-        return any(self._undecided) or any(self._active)
+        """Whether a step has holds to decide or to check (else `step` would find nothing to do). The
+        undecided sets are looked at only while arrivals may have left some (a weak set's length is
+        a Python call: most steps have none to decide)."""
+        if self._maybe_undecided:
+            self._maybe_undecided = any(self._undecided)
+        return self._maybe_undecided or any(self._active)
 
     def step(
         self, running: Mapping[Hashable, int], now: float, waiting: Callable[[R], bool]

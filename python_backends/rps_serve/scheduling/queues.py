@@ -205,12 +205,6 @@ class ClassQueues(Generic[T]):
         """Scores of requests given as parallel sequences, as of this iteration."""
         return [self.score(level, arrival) for level, arrival in zip(levels, arrival_times, strict=True)]
 
-    def _head_score(self, head: _Entry[T]) -> float:
-        if (score := self._scores.get(head.seq)) is None:
-            self.visited += 1
-            score = self._scores[head.seq] = self.regulator.score(head.level, head.arrival_time, self.now)
-        return score
-
     def _visible(self, level: int) -> Iterator[deque[_Entry[T]]]:
         """The class queue of `level` and its runs that are not skipped, the non-empty ones."""
         if self._queues[level]:
@@ -233,21 +227,26 @@ class ClassQueues(Generic[T]):
             return self._best
         best: _Entry[T] | None = None
         best_key = (math.inf, math.inf, 0)
+        scores, score = self._scores, self.regulator.score  # in one frame: a step's first look is cold
         for level, queue in enumerate(self._queues):
             if self._runs[level]:
                 head = self._class_head(level)
             else:  # no parked group (the usual step): the class queue's head
                 self.visited += 1
                 head = queue[0] if queue else None
-            if head is not None:
-                key = (self._head_score(head), head.arrival_time, head.seq)
-                if best is None or key < best_key:
-                    best, best_key = head, key
+            if head is None:
+                continue
+            if (head_score := scores.get(head.seq)) is None:  # scored once an iteration
+                self.visited += 1
+                head_score = scores[head.seq] = score(head.level, head.arrival_time, self.now)
+            key = (head_score, head.arrival_time, head.seq)
+            if best is None or key < best_key:
+                best, best_key = head, key
         if best is None:
             raise IndexError("no request is waiting")
         if self._guard and best.level > 0:
             if self._fresh_score is None:  # the guard's yardstick: a lightest-class arrival
-                self._fresh_score = self.regulator.score(0, self.now, self.now)
+                self._fresh_score = score(0, self.now, self.now)
             if best_key[0] <= self._fresh_score:
                 self._held = best
         self._best = best
