@@ -71,6 +71,7 @@ logger = logging.getLogger(__name__)
 DEMO_MAX_OUTPUT_TOKENS = 32
 DEMO_CONTENT = ContentLimits(max_text_tokens=4500, max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
 CAPACITY_SEED_OFFSET = 104729  # calibration content shares nothing with the replays' (no cache hits)
+CAPACITY_POLICY = "fcfs"  # the capacity is FCFS's: the rate at which its backlog stays bounded
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,8 @@ def run_plan(config: DemoConfig) -> list[str]:
     rule that no run is added, repeated or dropped after its outcome is seen."""
     order = run_order(config.policies, range(config.repeats), config.reuse_servers)
     shown = "; ".join(f"{policy} {'+'.join(str(s) for s in seeds)}" for policy, seeds in order)
+    if config.reuse_servers and not config.rates and order[0][0] == CAPACITY_POLICY:
+        shown += f" (the first {CAPACITY_POLICY} runs on the capacity search's server)"
     loads = ", ".join(f"{r:g} req/s" for r in config.rates) or ", ".join(
         f"{f:g}x capacity" for f in config.load_fractions
     )
@@ -216,7 +219,9 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
     closed = opened = None
     with _Servers(config, placement) as servers:
         if not loads:
-            closed, opened = _find_capacity(config, servers.start("fcfs", "capacity", runs=False), progress)
+            closed, opened = _find_capacity(
+                config, servers.start(CAPACITY_POLICY, "capacity", runs=False), progress
+            )
             above = not any(p.bounded for p in opened.probes)
             loads = [
                 LoadRuns(f * opened.rate, f, bracketed=opened.bracketed, above=above)

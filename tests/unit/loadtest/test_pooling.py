@@ -3,6 +3,7 @@ the ratio table with its intervals and verdicts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -206,6 +207,13 @@ def test_the_plan_is_written_before_any_run() -> None:
     assert plan[0].startswith("plan, fixed before the first run: 3 seeds (0..2) x 2 policies (fcfs, rps)")
     assert plan[1] == "servers in order (policy seeds): fcfs 0; rps 0; rps 1; fcfs 1; fcfs 2; rps 2"
     assert "none is added, repeated or dropped" in plan[2]
+    reused = dataclasses.replace(config, reuse_servers=True)
+    assert run_plan(reused)[1] == (
+        "servers in order (policy seeds): fcfs 0; rps 0+1; fcfs 1+2; rps 2"
+        " (the first fcfs runs on the capacity search's server)"
+    )
+    # Given rates, no capacity is searched: no server to take over.
+    assert run_plan(dataclasses.replace(reused, rates=(1.0,)))[1].endswith("rps 2")
 
 
 def _speed_runs(*speeds: float) -> list[PolicyRun]:
