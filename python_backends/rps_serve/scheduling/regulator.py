@@ -36,13 +36,12 @@ class QueuePressure:
         self._age_floors_s = [max(settings.min_ema_age_s, floor or 0.0) for floor in age_floors_s]
         self._ema_length: list[float | None] = [None] * len(self._age_floors_s)
         self._ema_age = [0.0] * len(self._age_floors_s)
-        self.boosts = [1.0] * len(self._age_floors_s)
 
     def observe(self, stats: Sequence[tuple[int, float]]) -> list[float]:
         """Feed one iteration's statistics, (length, mean age) per class (a `QueueStats` or a plain
         tuple); returns the classes' boosts."""
-        if len(stats) != len(self.boosts):
-            raise ValueError(f"expected stats for {len(self.boosts)} class levels, got {len(stats)}")
+        if len(stats) != len(self._age_floors_s):
+            raise ValueError(f"expected stats for {len(self._age_floors_s)} class levels, got {len(stats)}")
         s = self._settings
         alpha, min_length = s.ema_alpha, s.min_ema_length
         age_weight, length_weight = s.age_weight, s.length_weight
@@ -62,7 +61,6 @@ class QueuePressure:
             boosts.append(float(boost_from_excess(excess, s)) if excess > 0 else 1.0)
             ema_lengths[level] = ema_length + alpha * (length - ema_length)
             ema_ages[level] = ema_age + alpha * (age - ema_age)
-        self.boosts = boosts
         return boosts
 
 

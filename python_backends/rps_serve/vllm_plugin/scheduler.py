@@ -112,7 +112,6 @@ class _RPSMixin(Scheduler):
         by_class = self.rps.policy.row.by_class
         self._caps_chunks = by_class and bool(self.rps.chunk_cap_tokens)
         self._yields_prefills = by_class and self.rps.yield_prefills
-        self._shapes_steps = self._caps_chunks or self._yields_prefills  # off in the shipped settings
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
             self.rps.policy.value,
@@ -177,7 +176,7 @@ class _RPSMixin(Scheduler):
         """vLLM's loop, after an eviction for the best waiting request and with the step's chunk cap
         and set-aside prefills, where they act."""
         self._evict_for_waiting()
-        if not self._shapes_steps:
+        if not self._caps_chunks and not self._yields_prefills:  # both off in the shipped settings
             return super().schedule(*args, **kwargs)
         cap, aside = self._prefill_cap(), self._outranked_prefills()
         if not cap and not aside:  # the usual step: vLLM's loop as it is

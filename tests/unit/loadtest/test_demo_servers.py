@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,9 @@ class _Launcher:
         self.fail_stop = fail_stop
         self.lock = threading.Lock()
 
-    def __call__(self, config: demo.DemoConfig, placement: object, policy: str, name: str, run_log: Path):
+    def __call__(
+        self, config: demo.DemoConfig, placement: object, policy: str, name: str, run_log: Path
+    ) -> AbstractContextManager[Endpoints]:
         @contextmanager
         def server() -> Iterator[Endpoints]:
             with self.lock:
