@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import t as student_t
 
-from rps_serve.metrics import RequestRecords
+from rps_serve.metrics import STEADY_STATE_TRIM, RequestRecords
 from rps_serve.requests import Modality
 from rps_serve.workload.shapes import RequestKind
 
@@ -117,9 +117,10 @@ HEADLINE_METRICS: tuple[Metric, ...] = (
 )
 
 
-def steady(runs: Sequence[RequestRecords]) -> list[RequestRecords]:
-    """Each run restricted to its steady-state window (no ramp-up, no drain)."""
-    return [run.select(run.steady_state()) for run in runs]
+def steady(runs: Sequence[RequestRecords], warm_up: float = STEADY_STATE_TRIM) -> list[RequestRecords]:
+    """Each run restricted to its steady-state window: from the first `warm_up` of its arrivals (the
+    ramp-up) to the last 10% (the drain; `RequestRecords.steady_state`)."""
+    return [run.select(run.steady_state(warm_up=warm_up)) for run in runs]
 
 
 @dataclass(frozen=True)
@@ -186,13 +187,15 @@ def log_t_interval(ratios: Sequence[float], confidence: float = 0.95) -> tuple[f
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
-def _refusal(candidate: Sequence[RequestRecords], baseline: Sequence[RequestRecords], metric: Metric) -> str:
+def _refusal(
+    candidate: Sequence[RequestRecords], baseline: Sequence[RequestRecords], metric: Metric, warm_up: float
+) -> str:
     """Why the runs cannot give `metric`'s ratio; empty where they can."""
     for name, runs in (("candidate", candidate), ("baseline", baseline)):
         unanswered = sum(int((~run.completed).sum()) for run in runs)
         if unanswered:
             return f"{name} has {unanswered} requests not completed"
-    for seed, runs in enumerate(zip(steady(candidate), steady(baseline), strict=True)):
+    for seed, runs in enumerate(zip(steady(candidate, warm_up), steady(baseline, warm_up), strict=True)):
         fewest = min(metric.count(run) for run in runs)
         if fewest < metric.min_values:
             return f"seed {seed}: {fewest} values, {metric.name} needs {metric.min_values}"
@@ -206,9 +209,11 @@ def paired_ratio(
     baseline: Sequence[RequestRecords],
     metric: Metric,
     confidence: float = 0.95,
+    warm_up: float = STEADY_STATE_TRIM,
 ) -> Ratio:
     """`metric` of the candidate's runs over the baseline's, seed by seed over each run's steady
-    window, and the interval over seeds (`log_t_interval`).
+    window (from the first `warm_up` of its arrivals; `steady`), and the interval over seeds
+    (`log_t_interval`).
 
     `candidate[i]` and `baseline[i]` are the two policies' whole runs of seed i's trace (every
     request, so that one that did not complete refuses the ratio, wherever it arrived).
@@ -225,10 +230,10 @@ def paired_ratio(
             f"requests per seed differ (candidate {sizes[0]}, baseline {sizes[1]}): not the same traces"
         )
 
-    windows = steady(candidate), steady(baseline)
+    windows = steady(candidate, warm_up), steady(baseline, warm_up)
     per_seed = tuple(_ratio(metric.of(c), metric.of(b)) for c, b in zip(*windows, strict=True))
     requests = sum(len(run.arrival_s) for run in windows[0])
-    refused = _refusal(candidate, baseline, metric)
+    refused = _refusal(candidate, baseline, metric, warm_up)
     if not refused and not all(math.isfinite(r) and r > 0 for r in per_seed):
         refused = "a seed's ratio is zero or not finite"
     if refused:
@@ -247,13 +252,16 @@ def ratio_rows(
     records: Mapping[str, Sequence[RequestRecords]],
     candidate: str,
     metrics: Sequence[Metric] = HEADLINE_METRICS,
+    warm_up: float = STEADY_STATE_TRIM,
 ) -> dict[str, dict[str, Ratio]]:
     """For every baseline policy other than `candidate`: each metric's name -> candidate / baseline,
-    from each policy's whole runs in seed order."""
+    from each policy's whole runs in seed order, over their steady windows (from `warm_up`)."""
     if candidate not in records:
         raise ValueError(f"no runs of candidate policy {candidate!r}")
     return {
-        baseline: {metric.name: paired_ratio(records[candidate], runs, metric) for metric in metrics}
+        baseline: {
+            metric.name: paired_ratio(records[candidate], runs, metric, warm_up=warm_up) for metric in metrics
+        }
         for baseline, runs in records.items()
         if baseline != candidate
     }

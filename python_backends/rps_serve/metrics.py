@@ -16,7 +16,7 @@ from rps_serve.requests import Modality, RequestClass
 
 PERCENTILES = (50, 90, 95, 99)
 SLO_SCALES = (1.0, 2.0, 3.0, 4.0)
-STEADY_STATE_TRIM = 0.1
+STEADY_STATE_TRIM = 0.1  # the share of a run's arrivals its steady window leaves out at each end
 
 # `RequestRecords`' columns every record has, with the type `RequestRecords.from_json` reads each as.
 _COLUMN_TYPES: dict[str, type] = {
@@ -113,15 +113,19 @@ class RequestRecords:
             kind=None if data["kind"] is None else np.asarray(data["kind"], dtype=int),
         )
 
-    def steady_state(self, trim: float = STEADY_STATE_TRIM) -> np.ndarray:
-        """Mask of the requests that arrived after the first `trim` and before the last `trim` of the
-        arrivals: without the ramp-up (an engine that starts empty) and the drain (nothing arrives
-        behind the last requests), whose latencies an open-loop run of finite length distorts."""
+    def steady_state(self, trim: float = STEADY_STATE_TRIM, warm_up: float | None = None) -> np.ndarray:
+        """Mask of the requests that arrived after the first `warm_up` (`trim` where None) and before
+        the last `trim` of the arrivals: without the ramp-up (an engine that starts empty, a queue that
+        has yet to form) and the drain (nothing arrives behind the last requests), whose latencies an
+        open-loop run of finite length distorts."""
         n = len(self.arrival_s)
         if n == 0:
             return np.zeros(0, dtype=bool)
+        first = trim if warm_up is None else warm_up
+        if not 0 <= first < 1 - trim:
+            raise ValueError(f"a warm-up of {first:g} leaves no window before the last {trim:g}")
         order = np.sort(self.arrival_s)
-        start, end = order[round(trim * (n - 1))], order[round((1 - trim) * (n - 1))]
+        start, end = order[round(first * (n - 1))], order[round((1 - trim) * (n - 1))]
         return (self.arrival_s >= start) & (self.arrival_s <= end)
 
     def class_names(self) -> np.ndarray:

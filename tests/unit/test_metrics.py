@@ -82,6 +82,12 @@ def test_the_steady_state_leaves_out_ramp_up_and_drain() -> None:
     assert kept.arrival_s.min() >= arrival[99] and kept.arrival_s.max() <= arrival[900]
     outside = (records.arrival_s < kept.arrival_s.min()) | (records.arrival_s > kept.arrival_s.max())
     assert np.array_equal(~steady, outside)
+    # A longer warm-up moves only the window's start; none that leaves no window is taken.
+    later = records.select(records.steady_state(trim=0.1, warm_up=0.3))
+    assert abs(len(later.arrival_s) - 600) <= 2
+    assert later.arrival_s.min() >= arrival[299] and later.arrival_s.max() == kept.arrival_s.max()
+    with pytest.raises(ValueError, match="leaves no window"):
+        records.steady_state(trim=0.1, warm_up=0.9)
 
 
 def test_records_read_back_from_json_as_written() -> None:

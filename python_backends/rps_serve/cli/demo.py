@@ -1,5 +1,6 @@
-"""`rps-serve demo`: a mixed workload through the local tritonserver under each policy, each run on a
-fresh server, at one or more fractions of the measured capacity, seeds fixed first, policies interleaved."""
+"""`rps-serve demo`: a mixed workload through the local tritonserver under each policy (a fresh server
+per policy's runs, or one with an engine per policy), at one or more fractions of the measured capacity,
+seeds fixed first, policies interleaved."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rps_serve.cli.arguments import (
     policies,
 )
 from rps_serve.cli.local_stack import add_local_server_arguments, repository_and_model
+from rps_serve.metrics import STEADY_STATE_TRIM
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.workload.source import DEFAULT_MIX
 
@@ -67,6 +69,21 @@ def add_parser(commands: Any) -> None:
         "the reverse order of the seed before)",
     )
     parser.add_argument(
+        "--one-server",
+        action="store_true",
+        help="one tritonserver for every run, with an engine per policy behind its own ensemble "
+        "(rps_ensemble-POLICY): one start instead of one per policy switch",
+    )
+    parser.add_argument(
+        "--warm-up",
+        type=float,
+        default=STEADY_STATE_TRIM,
+        metavar="SHARE",
+        help="the share of each run's first arrivals left out of its steady window, where the queue "
+        f"a policy orders is still forming (default {STEADY_STATE_TRIM:g}; the last {STEADY_STATE_TRIM:g} "
+        "are always left out)",
+    )
+    parser.add_argument(
         "--out", type=Path, metavar="DIR", default=Path("out/demo"), help="results, plots and server logs"
     )
     parser.set_defaults(handler=run)
@@ -102,20 +119,22 @@ def run(args: argparse.Namespace) -> int:
         engine_args=args.engine_args,
         pin=not args.no_pin,
         reuse_servers=args.reuse_servers,
+        one_server=args.one_server,
+        warm_up=args.warm_up,
     )
     pace = (
         f"at {args.rate} req/s"
         if config.rates
         else f"at {args.load_fraction}x the open-loop capacity (searched first)"
     )
+    servers = "each run on a fresh tritonserver"
+    if config.one_server:
+        servers = "one tritonserver with an engine per policy, each behind its own rps_ensemble"
+    elif config.reuse_servers:
+        servers = "a server kept where a policy runs on"
     print(
         f"replaying {config.requests} {config.mix} requests {pace} through rps_ensemble, {config.repeats} "
-        f"paired seeds per policy ({', '.join(config.policies)}), "
-        + (
-            "interleaved, a server kept where a policy runs on"
-            if config.reuse_servers
-            else "interleaved, each run on a fresh tritonserver"
-        )
+        f"paired seeds per policy ({', '.join(config.policies)}), interleaved, {servers}"
         + f"; classes from the cost model in {args.repository}, trained on "
         f"{cost_model_source(args.repository)}; server logs in {config.out}",
         flush=True,
@@ -127,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
             f"closed loop {demo.closed_loop.rate:.2f} req/s with {demo.closed_loop.concurrency} in flight"
         )
     for load in demo.loads:
-        print(f"\n{load.name}: steady state of {config.repeats} paired run(s) per policy")
+        print(
+            f"\n{load.name}: steady state (arrivals from {config.warm_up:.0%} to {1 - STEADY_STATE_TRIM:.0%} "
+            f"of each run's) of {config.repeats} paired run(s) per policy"
+        )
         records, ratios = load.pooled_records(), load.ratios
         print(ttft_table(records))
         print(ratio_table(ratios))

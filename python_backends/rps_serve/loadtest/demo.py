@@ -13,9 +13,13 @@ The method:
   (stratified); each seed's policies run back to back, in the reverse order of the seed before
   (`run_order`), so that a drift of the machine lands on no policy more than another; every run is
   kept: none is added, repeated or dropped after its outcome is seen; only the steady state counts
-  (arrivals between the first and last 10%); every ratio carries a 95% interval over seeds
+  (arrivals after the first `warm_up` of a run's, 10% unless set, and before its last 10%); every
+  ratio carries a 95% interval over seeds
   (`rps_serve.comparison`); every run's machine speed is recorded beside it, and acted on nowhere;
-- where time goes: each server writes a run log (`triton.run_log`): per engine step, the loop's lag,
+- servers: a fresh one per policy's runs, or (`one_server`) one for every run holding an engine per
+  policy, each behind its own ensemble (`local.repository.policy_repository`), which switches
+  policy without a start; an idle engine does not spin, so the one serving has its core alone;
+- where time goes: each engine writes a run log (`triton.run_log`): per engine step, the loop's lag,
   and each request's stages, summarized over the steady window (`loadtest.run_analysis`).
 
 This module runs the experiment; `demo_analysis` judges its runs, `demo_report` and `tables` report
@@ -50,8 +54,11 @@ from rps_serve.loadtest.placement import Placement, process_usage, usage_during
 from rps_serve.loadtest.replay import Replayed, build_requests, replay
 from rps_serve.loadtest.run_analysis import pooled, summarize
 from rps_serve.loadtest.server_stats import ServedFit, scrape
+from rps_serve.local.repository import engine_model, ensemble_model, policy_models, policy_repository
 from rps_serve.local.server import Endpoints, local_server
-from rps_serve.metrics import RequestRecords, concatenate_records
+from rps_serve.metrics import STEADY_STATE_TRIM, RequestRecords, concatenate_records
+from rps_serve.triton import protocol as p
+from rps_serve.triton.run_log import MODEL_PLACEHOLDER
 from rps_serve.triton.settings import (
     ENGINE_ARGS_ENV,
     FRONT_END_ENV,
@@ -82,7 +89,9 @@ class DemoConfig:
     for the backlog: `{"num_gpu_blocks_override": 600}`). `pin` places the engine's worker on a core
     of its own (where there are two or more).
     `reuse_servers` keeps a server for the next run where the same policy runs next (`run_order`);
-    otherwise every run starts a fresh one."""
+    otherwise every run starts a fresh one; `one_server` serves every run from one server with an
+    engine per policy. `warm_up` is the share of a run's first arrivals its steady window leaves out
+    (where the queue a policy orders is still forming)."""
 
     repository: Path
     model: Path
@@ -101,6 +110,8 @@ class DemoConfig:
     engine_args: str = ""
     pin: bool = True
     reuse_servers: bool = False
+    one_server: bool = False
+    warm_up: float = STEADY_STATE_TRIM
 
 
 @dataclass(frozen=True)
@@ -118,13 +129,15 @@ class PolicyRun:
 class LoadRuns:
     """Every policy's runs at one arrival rate (`fraction` of the open-loop capacity, if measured;
     `bracketed` False where the capacity is only a lower bound, or, with `above`, where every probe
-    grew, down to the rate the fraction is of), in seed order."""
+    grew, down to the rate the fraction is of), in seed order; their steady windows start after the
+    first `warm_up` of their arrivals."""
 
     rate: float
     fraction: float | None
     runs: dict[str, list[PolicyRun]] = field(default_factory=dict)
     bracketed: bool = True
     above: bool = False
+    warm_up: float = STEADY_STATE_TRIM
 
     @property
     def name(self) -> str:
@@ -137,7 +150,10 @@ class LoadRuns:
 
     def steady_records(self) -> dict[str, list[RequestRecords]]:
         """Per policy, each seed's run cut to its steady window."""
-        return {p: steady([r.bench.records for r in runs]) for p, runs in self.runs.items()}
+        return {
+            policy: steady([r.bench.records for r in runs], self.warm_up)
+            for policy, runs in self.runs.items()
+        }
 
     def pooled_records(self) -> dict[str, RequestRecords]:
         return {p: concatenate_records(runs) for p, runs in self.steady_records().items()}
@@ -153,7 +169,9 @@ class LoadRuns:
         """The candidate's paired ratios to each baseline over the whole runs (computed once: read it
         only when every run is in)."""
         records = {p: [r.bench.records for r in runs] for p, runs in self.runs.items()}
-        return ratio_rows(records, CANDIDATE) if CANDIDATE in records and len(records) > 1 else {}
+        if CANDIDATE not in records or len(records) < 2:
+            return {}
+        return ratio_rows(records, CANDIDATE, warm_up=self.warm_up)
 
 
 @dataclass(frozen=True)
@@ -178,10 +196,17 @@ def config_json(config: DemoConfig) -> dict[str, Any]:
 def run_plan(config: DemoConfig) -> list[str]:
     """What the runs will be, fixed before the first: seeds, requests, policies, their order and the
     rule that no run is added, repeated or dropped after its outcome is seen."""
-    order = run_order(config.policies, range(config.repeats), config.reuse_servers)
+    order = run_order(config.policies, range(config.repeats), config.reuse_servers or config.one_server)
     shown = "; ".join(f"{policy} {'+'.join(str(s) for s in seeds)}" for policy, seeds in order)
-    if config.reuse_servers and not config.rates and order[0][0] == CAPACITY_POLICY:
-        shown += f" (the first {CAPACITY_POLICY} runs on the capacity search's server)"
+    servers = f"servers in order (policy seeds): {shown}"
+    if config.one_server:
+        engines = ", ".join(engine_model(policy) for policy in config.policies)
+        servers = (
+            f"one server for every run, the capacity search's included, an engine per policy ({engines}); "
+            f"runs in order (policy seeds): {shown}"
+        )
+    elif config.reuse_servers and not config.rates and order[0][0] == CAPACITY_POLICY:
+        servers += f" (the first {CAPACITY_POLICY} runs on the capacity search's server)"
     loads = ", ".join(f"{r:g} req/s" for r in config.rates) or ", ".join(
         f"{f:g}x capacity" for f in config.load_fractions
     )
@@ -189,8 +214,9 @@ def run_plan(config: DemoConfig) -> list[str]:
     return [
         f"plan, fixed before the first run: {config.repeats} seeds ({config.seed}..{last}) x "
         f"{len(config.policies)} policies ({', '.join(config.policies)}) at {loads}, "
-        f"{config.requests} requests a run",
-        f"servers in order (policy seeds): {shown}",
+        f"{config.requests} requests a run, each measured from {config.warm_up:.0%} of its arrivals to "
+        f"{1 - STEADY_STATE_TRIM:.0%}",
+        servers,
         "every run is kept and reported: none is added, repeated or dropped after its outcome is seen",
     ]
 
@@ -215,7 +241,7 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
     if placement is not None:
         placement.pin_this_process()
         progress(placement.describe())
-    loads = [LoadRuns(rate, None) for rate in config.rates]
+    loads = [LoadRuns(rate, None, warm_up=config.warm_up) for rate in config.rates]
     closed = opened = None
     with _Servers(config, placement) as servers:
         if not loads:
@@ -224,7 +250,7 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
             )
             above = not any(p.bounded for p in opened.probes)
             loads = [
-                LoadRuns(f * opened.rate, f, bracketed=opened.bracketed, above=above)
+                LoadRuns(f * opened.rate, f, bracketed=opened.bracketed, above=above, warm_up=config.warm_up)
                 for f in config.load_fractions
             ]
         total, counter = len(loads) * config.repeats * len(config.policies), itertools.count(1)
@@ -234,7 +260,10 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
 
         for load in loads:
             runs: dict[str, dict[int, PolicyRun]] = {}
-            for policy, seeds in run_order(config.policies, range(config.repeats), config.reuse_servers):
+            order = run_order(
+                config.policies, range(config.repeats), config.reuse_servers or config.one_server
+            )
+            for policy, seeds in order:
                 name = f"{policy}-{load.rate:.2f}-" + "-".join(str(s + 1) for s in seeds)
                 endpoints = servers.start(policy, name)
                 done = _runs_on_one_server(
@@ -279,17 +308,25 @@ def _runs_on_one_server(
         before = process_usage(endpoints.pid)
         bench = run_bench(_bench_config(config, endpoints, policy, rate, config.seed + repeat))
         processes = usage_during(before, process_usage(endpoints.pid))
-        fit = ServedFit.of(scrape(endpoints.metrics_url))
-        (window,) = steady([bench.records])
+        fit = ServedFit.of(scrape(endpoints.metrics_url), served_models(config, policy)[1])
+        (window,) = steady([bench.records], config.warm_up)
         origin = bench.clock_origin_s
         start, end = origin + window.arrival_s.min(), origin + window.arrival_s.max()
         runs.append(PolicyRun(bench, summarize(run_log, start, end, window, origin), processes, fit))
     return runs
 
 
+def served_models(config: DemoConfig, policy: str) -> tuple[str, str]:
+    """The ensemble `policy`'s requests go to, and the engine model behind it."""
+    if config.one_server:
+        return ensemble_model(policy), engine_model(policy)
+    return p.ENSEMBLE, p.VLLM_MODEL
+
+
 class _Servers:
     """The demo's servers, one at a time, each named after its runs (its log `tritonserver-NAME.log`,
-    its run log `runs/NAME.jsonl`).
+    its run log `runs/NAME.jsonl`); or, with `one_server`, one server for every run (its log
+    `tritonserver.log`, each engine's run log `runs/ENGINE.jsonl`).
 
     A server stops in the background while the next one starts: its shutdown is mostly vLLM's
     processes winding down (some 8 s on two cores), and the start it overlaps measures nothing. With
@@ -310,6 +347,8 @@ class _Servers:
     def start(self, policy: str, name: str, runs: bool = True) -> Endpoints:
         """A server for `policy`'s runs (`runs` False: for a capacity search, whose server the first
         runs of its policy may take over)."""
+        if self._config.one_server:
+            return self._one_server(policy)
         if self._endpoints is not None and self._takeover and self._policy == policy and runs:
             self._takeover = False
             return self._endpoints
@@ -320,6 +359,24 @@ class _Servers:
         self._endpoints = server.__enter__()
         self._server, self._policy = server, policy
         self._takeover = not runs and self._config.reuse_servers
+        return self._endpoints
+
+    def _one_server(self, policy: str) -> Endpoints:
+        """The server with an engine per policy, started at the first call; `run_log` then names the
+        log of `policy`'s engine."""
+        runs = self._config.out.resolve() / "runs"
+        if self._endpoints is None:
+            policies = self._config.policies
+            for engine in map(engine_model, policies):
+                (runs / f"{engine}.jsonl").unlink(missing_ok=True)
+            work = self._config.out.resolve() / "server"
+            env = server_environment(self._config, self._placement, None, runs / f"{MODEL_PLACEHOLDER}.jsonl")
+            log = self._config.out.resolve() / "tritonserver.log"
+            logger.info("starting one tritonserver with an engine per policy (log %s)", log)
+            repository = policy_repository(work, policies, self._config.repository)
+            self._server = local_server(repository, work, env, log, models=policy_models(policies))
+            self._endpoints = self._server.__enter__()
+        self.run_log = runs / f"{engine_model(policy)}.jsonl"
         return self._endpoints
 
     def _stop_in_background(self) -> None:
@@ -351,10 +408,13 @@ class _Servers:
 
 
 def server_environment(
-    config: DemoConfig, placement: Placement | None, policy: str, run_log: Path | None = None
+    config: DemoConfig, placement: Placement | None, policy: str | None, run_log: Path | None = None
 ) -> dict[str, str]:
-    """The settings a run's server starts with (`triton.settings`' environment overrides)."""
-    env = {MODEL_ENV: str(config.model.resolve()), POLICY_ENV: policy}
+    """The settings a run's server starts with (`triton.settings`' environment overrides); `policy`
+    None leaves each engine its model.json's."""
+    env = {MODEL_ENV: str(config.model.resolve())}
+    if policy is not None:
+        env[POLICY_ENV] = policy
     if placement is not None:
         env.update(placement.environment())
     if config.front_end is not None:
@@ -378,6 +438,7 @@ def _server(
 def _bench_config(
     config: DemoConfig, endpoints: Endpoints, policy: str, rate: float, seed: int
 ) -> BenchConfig:
+    ensemble, engine = served_models(config, policy)
     return BenchConfig(
         url=endpoints.grpc_url,
         model=config.model,
@@ -389,6 +450,8 @@ def _bench_config(
         isolated=1,
         progress=False,
         metrics_url=endpoints.metrics_url,
+        ensemble=ensemble,
+        engine=engine,
     )
 
 
@@ -399,6 +462,7 @@ def _find_capacity(
     from it."""
     seed = config.seed + CAPACITY_SEED_OFFSET
     served = RequestFormat.of_model(config.model)
+    ensemble = served_models(config, CAPACITY_POLICY)[0]
     probes = iter(range(1, config.probes + 1))
 
     def probe(rate: float) -> Replayed:
@@ -407,11 +471,12 @@ def _find_capacity(
         progress(f"capacity probe {n}/{config.probes}: {requests} requests at {rate:.2f}/s (open loop)")
         workload = SyntheticWorkload(config.mix, rate, requests, seed + n, stratified=True)
         trace = workload.trace()
-        return replay(endpoints.grpc_url, trace, build_requests(trace, served, DEMO_CONTENT, seed + n))
+        generations = build_requests(trace, served, DEMO_CONTENT, seed + n)
+        return replay(endpoints.grpc_url, trace, generations, model=ensemble)
 
     stream = request_stream(config.mix, served, seed, content_seed=seed, limits=DEMO_CONTENT)
     progress(f"capacity: {config.calibrate_s:g} s closed loop, then {config.probes} open-loop probes")
-    closed = measure_capacity(endpoints.grpc_url, stream, config.calibrate_s)
+    closed = measure_capacity(endpoints.grpc_url, stream, config.calibrate_s, model=ensemble)
     if closed.rate <= 0:
         raise RuntimeError(f"the server completed no request in {config.calibrate_s:g} s")
     opened = search_open_loop_capacity(probe, ceiling=closed.rate, probes=config.probes)

@@ -137,7 +137,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
             policy: {
                 **grouped_metrics(records),
                 "completed": int(records.completed.sum()),
-                "runs": [_run_summary(run) for run in load.runs[policy]],
+                "runs": [_run_summary(run, load.warm_up) for run in load.runs[policy]],
                 "requests": asdict(tallies[policy]),
                 "analysis": analysis[policy],
             }
@@ -190,11 +190,11 @@ def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
     return written
 
 
-def _run_summary(run: PolicyRun) -> dict[str, Any]:
+def _run_summary(run: PolicyRun, warm_up: float) -> dict[str, Any]:
     """One run's steady-state headline metrics, its engine summary and processes, to see how far runs
     of one policy scatter and why, and every request's record (`RequestRecords.from_json` reads them
     back, to compute any ratio again)."""
-    (records,) = steady([run.bench.records])
+    (records,) = steady([run.bench.records], warm_up)
     return {
         **{m.name: m.of(records) for m in HEADLINE_METRICS},
         "records": run.bench.records.to_json(),

@@ -22,6 +22,7 @@ from rps_serve.loadtest.server_stats import scrape
 from rps_serve.loadtest.stages import stage_breakdown
 from rps_serve.metrics import RequestRecords, grouped_metrics, slo_metrics
 from rps_serve.requests import Modality
+from rps_serve.triton import protocol as p
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.source import SyntheticWorkload, Workload
@@ -56,6 +57,8 @@ class BenchConfig:
     slo: Path | None = None
     progress: bool = True
     metrics_url: str | None = None  # the server's metrics endpoint: where each class waited (`stages`)
+    ensemble: str = p.ENSEMBLE  # the model requests go to
+    engine: str = p.VLLM_MODEL  # the engine model behind it, whose metrics say where requests waited
 
     @property
     def limits(self) -> ContentLimits:
@@ -117,7 +120,7 @@ def run_bench(config: BenchConfig) -> BenchRun:
     """Warm up, take the SLOs, replay the trace and summarize it (see the module docstring)."""
     served = RequestFormat.of_model(config.model)
     trace = config.workload.trace()
-    warm_up(config.url, served, config.seed + WARM_UP_SEED_OFFSET)
+    warm_up(config.url, served, config.seed + WARM_UP_SEED_OFFSET, config.ensemble)
     isolated = None
     if config.slo is not None:
         slo = read_slo(config.slo)
@@ -130,6 +133,7 @@ def run_bench(config: BenchConfig) -> BenchRun:
             config.url,
             subset,
             build_requests(subset, served, config.limits, config.seed + ISOLATED_SEED_OFFSET),
+            config.ensemble,
         )
         slo = slo_from_isolated(isolated)
     requests = build_requests(trace, served, config.limits, config.seed)
@@ -142,12 +146,14 @@ def run_bench(config: BenchConfig) -> BenchRun:
     )
     before = None if config.metrics_url is None else scrape(config.metrics_url)
     with GpuSampler() as gpu:
-        replayed = replay(config.url, trace, requests, drain_s=drain_s, progress=config.progress)
+        replayed = replay(
+            config.url, trace, requests, drain_s=drain_s, progress=config.progress, model=config.ensemble
+        )
     report = bench_report(config, replayed.records, isolated, slo, gpu.result().to_json())
     result = report["results"][config.label]
     result.update(requests=asdict(replayed.tally), error_examples=replayed.errors[:5])
     if config.metrics_url is not None and before is not None:
-        result["stages"] = stage_breakdown(before, scrape(config.metrics_url))
+        result["stages"] = stage_breakdown(before, scrape(config.metrics_url), config.engine)
     return BenchRun(replayed.records, replayed.tally, isolated, slo, report, replayed.clock_origin_s)
 
 

@@ -129,9 +129,11 @@ def replay(
     return Replayed(records, tally, errors, clock_origin_s=start)
 
 
-def one_at_a_time(url: str, trace: Trace, requests: list[Generation]) -> RequestRecords:
-    """Each request alone on the server (the next is sent when the last has finished): isolated runs."""
-    runs = [replay(url, _single(trace, row), [request]) for row, request in enumerate(requests)]
+def one_at_a_time(
+    url: str, trace: Trace, requests: list[Generation], model: str = p.ENSEMBLE
+) -> RequestRecords:
+    """Each request alone on `model` (the next is sent when the last has finished): isolated runs."""
+    runs = [replay(url, _single(trace, row), [request], model=model) for row, request in enumerate(requests)]
     failed = [run for run in runs if run.tally.completed < run.tally.sent]
     if failed:
         example = failed[0].errors[0] if failed[0].errors else "no answer"
@@ -141,8 +143,9 @@ def one_at_a_time(url: str, trace: Trace, requests: list[Generation]) -> Request
     return concatenate_records([run.records for run in runs])
 
 
-def warm_up(url: str, served: RequestFormat, seed: int) -> None:
-    """One request of each modality, one after another: the first of each kind pays one-off costs."""
+def warm_up(url: str, served: RequestFormat, seed: int, model: str = p.ENSEMBLE) -> None:
+    """One request of each modality, one after another to `model`: the first of each kind pays one-off
+    costs."""
     rows = [RequestKind.SHORT_TEXT, RequestKind.IMAGE, RequestKind.VIDEO]
     trace = Trace(
         arrival_s=np.zeros(len(rows)),
@@ -151,7 +154,7 @@ def warm_up(url: str, served: RequestFormat, seed: int) -> None:
         modality_tokens=np.zeros(len(rows), dtype=np.int64),
         output_tokens=np.full(len(rows), 4),
     )
-    one_at_a_time(url, trace, build_requests(trace, served, ContentLimits(max_text_tokens=64), seed))
+    one_at_a_time(url, trace, build_requests(trace, served, ContentLimits(max_text_tokens=64), seed), model)
 
 
 def _single(trace: Trace, row: int) -> Trace:

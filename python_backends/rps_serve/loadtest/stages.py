@@ -16,11 +16,14 @@ _STAGES = {
 }
 
 
-def stage_breakdown(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, dict[str, float | None]]:
-    """Per class: requests, and mean seconds per request of each stage (None for a class without any)."""
+def stage_breakdown(
+    before: MetricsSnapshot, after: MetricsSnapshot, model: str = p.VLLM_MODEL
+) -> dict[str, dict[str, float | None]]:
+    """Per class of engine model `model`: requests, and mean seconds per request of each stage (None for
+    a class without any)."""
     breakdown: dict[str, dict[str, float | None]] = {}
     for cls in RequestClass:
-        labels = {"model": p.VLLM_MODEL, "rps_class": cls.label}
+        labels = {"model": model, "rps_class": cls.label}
 
         def delta(name: str, labels: dict[str, str] = labels) -> float:
             return after.total(name, **labels) - before.total(name, **labels)

@@ -1,11 +1,13 @@
 """Build outputs the model repository needs before a server can start: the ONNX cost models (the
-served model's profile, trained on) and the tiny model that model.json points to by default."""
+served model's profile, trained on) and the tiny model that model.json points to by default; and the
+repository's copies the comparisons serve from (online refits, an engine per policy)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path, profile_source
@@ -15,7 +17,8 @@ from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.profiles.synthetic import reference_profile
-from rps_serve.triton.settings import SETTINGS_FILE, read_settings
+from rps_serve.triton import protocol as p
+from rps_serve.triton.settings import SETTINGS_FILE, SETTINGS_NAME, read_settings
 from rps_serve.workload_profiler.isolated import profile_served_model
 
 logger = logging.getLogger(__name__)
@@ -72,3 +75,62 @@ def online_refit_copy(work: Path, interval_s: float) -> Path:
     settings["cost_model_online"] = {"interval_s": interval_s}
     settings_file.write_text(json.dumps(settings, indent=1))
     return repository
+
+
+# The models in front of the engine, which every policy's ensemble shares.
+FRONT_MODELS = ("preprocess", ESTIMATOR_MODEL, CLASSIFIER_MODEL)
+
+
+def engine_model(policy: str) -> str:
+    """The engine model serving `policy` in a `policy_repository`."""
+    return f"{p.VLLM_MODEL}-{policy}"
+
+
+def ensemble_model(policy: str) -> str:
+    """The ensemble in front of `engine_model(policy)` in a `policy_repository`."""
+    return f"{p.ENSEMBLE}-{policy}"
+
+
+def policy_repository(work: Path, policies: Sequence[str], repository: Path = REPOSITORY) -> Path:
+    """A copy of `repository` at `work`/model_repository with an engine per policy: `vllm_model` as
+    `engine_model(policy)`, its model.json's policy set, behind its own ensemble `ensemble_model(policy)`,
+    the front models shared. One server then holds every policy of a comparison, which switches policy
+    without a server start; an idle vLLM engine does not spin, so the one serving takes the engine's core
+    alone. Serve it with `policy_models(policies)` loaded (Triton's explicit model control): the copy's
+    own `vllm_model` and `rps_ensemble` stay on disk, unloaded, for `preprocess` to read its settings."""
+    copy = work / "model_repository"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(repository, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for policy in policies:
+        engine, ensemble = copy / engine_model(policy), copy / ensemble_model(policy)
+        shutil.copytree(copy / p.VLLM_MODEL, engine)
+        _rename(engine / "config.pbtxt", {f'name: "{p.VLLM_MODEL}"': f'name: "{engine.name}"'})
+        settings = json.loads((engine / SETTINGS_NAME).read_text())
+        settings["policy"] = policy
+        (engine / SETTINGS_NAME).write_text(json.dumps(settings, indent=1) + "\n")
+        shutil.copytree(copy / p.ENSEMBLE, ensemble)
+        _rename(
+            ensemble / "config.pbtxt",
+            {
+                f'name: "{p.ENSEMBLE}"': f'name: "{ensemble.name}"',
+                f'model_name: "{p.VLLM_MODEL}"': f'model_name: "{engine.name}"',
+            },
+        )
+    return copy
+
+
+def policy_models(policies: Sequence[str]) -> list[str]:
+    """The models a server on a `policy_repository` loads: the front models, each policy's engine and
+    ensemble."""
+    return [*FRONT_MODELS, *map(engine_model, policies), *map(ensemble_model, policies)]
+
+
+def _rename(config: Path, names: dict[str, str]) -> None:
+    """Replace each of `names`' lines in a config.pbtxt, each exactly once (a repository whose configs
+    read otherwise is not the one this copies)."""
+    text = config.read_text()
+    for old, new in names.items():
+        if text.count(old) != 1:
+            raise ValueError(f"{config}: expected {old!r} once, found it {text.count(old)} times")
+        text = text.replace(old, new)
+    config.write_text(text)

@@ -25,7 +25,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,10 +142,17 @@ def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]
 
 
 def server_command(
-    tree: Path, repository: Path, endpoints: Endpoints, shm_prefix: str, log_verbose: int = 0
+    tree: Path,
+    repository: Path,
+    endpoints: Endpoints,
+    shm_prefix: str,
+    log_verbose: int = 0,
+    models: Sequence[str] = (),
 ) -> list[str]:
     """`shm_prefix` names the server's shared-memory regions: the python backend's setting, which the
-    Python-based backends (the ONNX stand-in) take too; `log_verbose` is Triton's `--log-verbose`."""
+    Python-based backends (the ONNX stand-in) take too; `log_verbose` is Triton's `--log-verbose`;
+    `models`, where given, are the only ones loaded (Triton's explicit model control), else all."""
+    explicit = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in models)]
     return [
         str(tree / "bin" / "tritonserver"),
         f"--model-repository={repository}",
@@ -166,6 +173,7 @@ def server_command(
         f"--log-verbose={log_verbose}",
         # In-flight requests at shutdown belong to clients that are gone or will see the error.
         "--exit-timeout-secs=10",
+        *(explicit if models else []),
     ]
 
 
@@ -228,12 +236,14 @@ def local_server(
     load_timeout_s: float = 900.0,
     ports: Ports = Ports(),
     log_verbose: int = 0,
+    models: Sequence[str] = (),
 ) -> Iterator[Endpoints]:
-    """Run tritonserver on `repository` until the block exits; yields its endpoints once every model is
-    loaded. A model not loaded within `load_timeout_s` fails the start with its name (from the log) and
-    the log's error lines and tail. Shared-memory regions the server leaves in /dev/shm are removed when
-    it ends, and those of earlier servers whose launcher is gone when it starts (the regions their vLLM
-    processes mapped cannot be told from other programs' then, and stay)."""
+    """Run tritonserver on `repository` (only `models` loaded, where given) until the block exits;
+    yields its endpoints once every model is loaded. A model not loaded within `load_timeout_s` fails
+    the start with its name (from the log) and the log's error lines and tail. Shared-memory regions
+    the server leaves in /dev/shm are removed when it ends, and those of earlier servers whose launcher
+    is gone when it starts (the regions their vLLM processes mapped cannot be told from other programs'
+    then, and stay)."""
     tree = prepare_server_tree(workdir)
     endpoints = ports.endpoints()
     log_path = log_file or workdir / "tritonserver.log"
@@ -242,7 +252,7 @@ def local_server(
     with log_path.open("ab") as log:
         log_start = log.tell()  # the log may hold earlier servers' runs
         process = subprocess.Popen(
-            server_command(tree, repository.resolve(), endpoints, shm_prefix, log_verbose),
+            server_command(tree, repository.resolve(), endpoints, shm_prefix, log_verbose, models),
             env=server_environment(env),
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -21,6 +21,7 @@ from typing import IO, Any
 from rps_serve.triton.settings import RUN_LOG_ENV
 
 LAG_PERIOD_S = 0.1
+MODEL_PLACEHOLDER = "{model}"
 # The engine argument that makes vLLM's engine core attach a step's details to its scheduler stats.
 ITERATION_DETAILS_ARG = "enable_logging_iteration_details"
 
@@ -33,9 +34,11 @@ class RunLog:
         self._file: IO[str] = path.open("a", buffering=1 << 16)
 
     @classmethod
-    def from_environment(cls) -> RunLog | None:
+    def from_environment(cls, model: str) -> RunLog | None:
+        """The log `RPS_RUN_LOG` names, if set; `{model}` in it stands for the engine model's name (a
+        server with an engine per policy writes a log per engine)."""
         path = os.environ.get(RUN_LOG_ENV)
-        return cls(Path(path)) if path else None
+        return cls(Path(path.replace(MODEL_PLACEHOLDER, model))) if path else None
 
     def write(self, kind: str, **fields: Any) -> None:
         self._file.write(json.dumps({"kind": kind, "t": time.monotonic(), **fields}) + "\n")

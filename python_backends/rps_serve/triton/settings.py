@@ -34,7 +34,8 @@ from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
 from rps_serve.vllm_plugin.engine_args import scheduler_engine_kwargs
 
-SETTINGS_FILE = Path("vllm_model") / "model.json"
+SETTINGS_NAME = "model.json"  # an engine model's settings, in its directory of the repository
+SETTINGS_FILE = Path("vllm_model") / SETTINGS_NAME
 MODEL_ENV = "RPS_MODEL"
 POLICY_ENV = "RPS_POLICY"
 FRONT_END_ENV = "RPS_FRONT_END"
@@ -159,9 +160,13 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
     )
 
 
-def load_settings(repository: Path, environ: Mapping[str, str] | None = None) -> ServingSettings:
-    """The repository's `vllm_model/model.json`, for a server about to start: the model must exist."""
-    settings = read_settings(repository / SETTINGS_FILE, repository, environ)
+def load_settings(
+    repository: Path, environ: Mapping[str, str] | None = None, model: str = SETTINGS_FILE.parent.name
+) -> ServingSettings:
+    """The model.json of the repository's engine model `model` (`vllm_model`; a repository with an
+    engine per policy has more, `local.repository.policy_repository`), for a server about to start:
+    the served model must exist."""
+    settings = read_settings(repository / model / SETTINGS_NAME, repository, environ)
     if not (settings.model / "config.json").is_file():
         raise ValueError(
             f"no model at {settings.model}: build the tiny model with `make tiny-model`, or set {MODEL_ENV} "

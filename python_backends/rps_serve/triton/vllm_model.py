@@ -134,7 +134,7 @@ class TritonPythonModel:
         log_to_triton(pb_utils)
         if not pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"])):
             raise pb_utils.TritonModelException("vllm_model must be decoupled (model_transaction_policy)")
-        settings = load_settings(Path(args["model_repository"]).parent)
+        settings = load_settings(Path(args["model_repository"]).parent, model=args["model_name"])
         self.preprocessor = Preprocessor(PromptTokenCounter(settings.model), settings.media)
         cost_model: CostModel
         if settings.cost_model is not None and settings.cost_model_online.enabled:
@@ -147,7 +147,7 @@ class TritonPythonModel:
         self.max_pending = settings.max_pending_requests
         self.pending = 0  # requests between admission and their final response (loop thread only)
         self.policy = settings.policy
-        self.run_log = RunLog.from_environment()
+        self.run_log = RunLog.from_environment(args["model_name"])
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-model-loop", daemon=True)
         self.thread.start()
@@ -183,7 +183,8 @@ class TritonPythonModel:
             else asyncio.run_coroutine_threadsafe(watch_loop_lag(self.run_log), self.loop)
         )
         logger.info(
-            "vllm_model: %s, policy %s, %d front-end workers (%s front end)",
+            "%s: %s, policy %s, %d front-end workers (%s front end)",
+            self.model_name,
             settings.model,
             settings.policy.value,
             settings.front_end_workers,

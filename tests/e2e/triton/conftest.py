@@ -10,7 +10,7 @@ import shutil
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ import pytest
 from rps_serve.client import Generation, StreamClient, StreamResult, encode_image, encode_video
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.loadtest.server_stats import MetricsSnapshot, scrape
-from rps_serve.local.repository import train_reference_cost_models
+from rps_serve.local.repository import policy_models, policy_repository, train_reference_cost_models
 from rps_serve.local.server import Endpoints, local_server
 from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.requests import Modality, RequestFeatures
@@ -56,11 +56,13 @@ def start_server(
     env: Mapping[str, str] | None = None,
     spec: TinyModelSpec = SPEC,
     settings: Mapping[str, object] | None = None,
+    policies: Sequence[str] = (),
 ) -> Iterator[Server]:
     """A server on a copy of the repository serving a tiny model of `spec`; `media` overrides
     model.json's media limits, `max_pending_requests` its admission limit, `settings` its other
     top-level keys, `model_files` replaces models' `1/model.py` (model name -> source), and `env` adds
-    to the server's environment (`RPS_POLICY`, say)."""
+    to the server's environment (`RPS_POLICY`, say). With `policies`, the server holds an engine per
+    policy behind its own ensemble (`policy_repository`), and not the repository's own."""
     work = tmp_path_factory.mktemp("triton")
     model = work / f"tiny-{spec.family.value}"
     build_tiny_model(model, spec)
@@ -78,7 +80,13 @@ def start_server(
     configure_cpu_engine_environment(work / "vllm")
     # The engine core must be its own process under AsyncLLM, whatever other tests set.
     server_env = {MODEL_ENV: str(model), "VLLM_ENABLE_V1_MULTIPROCESSING": "1", **(env or {})}
-    with local_server(repository, work, env=server_env) as endpoints:
+    models: list[str] = []
+    if policies:
+        repository, models = (
+            policy_repository(work / "policies", policies, repository),
+            policy_models(policies),
+        )
+    with local_server(repository, work, env=server_env, models=models) as endpoints:
         yield Server(endpoints, repository, model)
 
 

@@ -214,6 +214,13 @@ def test_the_plan_is_written_before_any_run() -> None:
     )
     # Given rates, no capacity is searched: no server to take over.
     assert run_plan(dataclasses.replace(reused, rates=(1.0,)))[1].endswith("rps 2")
+    # One server holds every policy: the same order, no server started between runs.
+    shared = run_plan(dataclasses.replace(config, one_server=True, warm_up=0.3))
+    assert "each measured from 30% of its arrivals to 90%" in shared[0]
+    assert shared[1] == (
+        "one server for every run, the capacity search's included, an engine per policy "
+        "(vllm_model-fcfs, vllm_model-rps); runs in order (policy seeds): fcfs 0; rps 0+1; fcfs 1+2; rps 2"
+    )
 
 
 def _speed_runs(*speeds: float) -> list[PolicyRun]:

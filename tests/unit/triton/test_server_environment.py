@@ -37,6 +37,9 @@ def test_server_command_names_its_shared_memory_and_ports(tmp_path: Path) -> Non
     assert "--backend-config=python,shm-region-prefix-name=rps-serve-1-0-python" in command
     picked = Ports().endpoints()
     assert 0 not in (picked.http_port, picked.grpc_port, picked.metrics_port)
+    assert not any(arg.startswith("--model-control-mode") for arg in command)  # every model loads
+    chosen = server_command(tmp_path, tmp_path / "repo", endpoints, "rps-serve-1-0", models=["a", "b"])
+    assert chosen[-3:] == ["--model-control-mode=explicit", "--load-model=a", "--load-model=b"]
 
 
 def _dead_pid() -> int:
