@@ -86,7 +86,7 @@ model-repository: $(ONNX)
 # before the first run, each seed's policies back to back in the reverse order of the seed before,
 # the engines' worker on a core of its own; each run measured from 30% of its arrivals (the queue a
 # policy orders takes that long to form) to 90%; TTFT per modality, RPS's ratios with their 95%
-# intervals over seeds, where the time went (about 15 minutes on 2 cores). `make compare` adds stock
+# intervals over seeds, where the time went (15 to 17 minutes on 2 cores). `make compare` adds stock
 # priority over our classes and the other workloads.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve demo --one-server --mix cost-vs-modality --policies fcfs,modality-priority,rps \
