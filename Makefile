@@ -81,7 +81,7 @@ model-repository: $(ONNX)
 # Why RPS and not one line of vLLM configuration: replays cost-vs-modality (the usual mix beside
 # documents that cost what a video costs, thumbnails and short clips) through tritonclient against one
 # local tritonserver holding an engine per policy (stock vLLM FCFS, stock vLLM priority by modality,
-# RPS), each behind its own ensemble: the open-loop capacity first (20 s closed loop for a first guess,
+# RPS), each behind its own ensemble: the open-loop capacity first (30 s closed loop for a first guess,
 # three probes bracketing it), then 5 paired seeds of 120 requests per policy at 0.9x of it, fixed
 # before the first run, each seed's policies back to back in the reverse order of the seed before,
 # the engines' worker on a core of its own; each run measured from 30% of its arrivals (the queue a
@@ -90,7 +90,7 @@ model-repository: $(ONNX)
 # priority over our classes and the other workloads.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve demo --one-server --mix cost-vs-modality --policies fcfs,modality-priority,rps \
-		--load-fraction 0.9 --calibrate-s 20 --probes 3 --probe-s 35 --requests 120 --repeats 5 \
+		--load-fraction 0.9 --calibrate-s 30 --probes 3 --probe-s 45 --requests 120 --repeats 5 \
 		--warm-up 0.3 --out $(OUT)/demo
 
 serve: setup $(TINY_MODEL)/config.json $(ONNX)
