@@ -196,7 +196,7 @@ def config_json(config: DemoConfig) -> dict[str, Any]:
 def run_plan(config: DemoConfig) -> list[str]:
     """What the runs will be, fixed before the first: seeds, requests, policies, their order and the
     rule that no run is added, repeated or dropped after its outcome is seen."""
-    order = run_order(config.policies, range(config.repeats), config.reuse_servers or config.one_server)
+    order = planned_order(config)
     shown = "; ".join(f"{policy} {'+'.join(str(s) for s in seeds)}" for policy, seeds in order)
     servers = f"servers in order (policy seeds): {shown}"
     if config.one_server:
@@ -258,11 +258,9 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
         def run_started(line: str) -> None:
             progress(f"[{next(counter)}/{total}] {line}")
 
+        order = planned_order(config)
         for load in loads:
             runs: dict[str, dict[int, PolicyRun]] = {}
-            order = run_order(
-                config.policies, range(config.repeats), config.reuse_servers or config.one_server
-            )
             for policy, seeds in order:
                 name = f"{policy}-{load.rate:.2f}-" + "-".join(str(s + 1) for s in seeds)
                 endpoints = servers.start(policy, name)
@@ -272,6 +270,12 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
                 runs.setdefault(policy, {}).update(zip(seeds, done, strict=True))
             load.runs = {p: [by_seed[s] for s in range(config.repeats)] for p, by_seed in runs.items()}
     return DemoRuns(loads, placement, closed, opened)
+
+
+def planned_order(config: DemoConfig) -> list[tuple[str, list[int]]]:
+    """`run_order` of the configuration's policies and seeds, a policy's consecutive runs on one
+    server where servers are reused or one server holds every policy."""
+    return run_order(config.policies, range(config.repeats), config.reuse_servers or config.one_server)
 
 
 def run_order(
@@ -364,14 +368,15 @@ class _Servers:
     def _one_server(self, policy: str) -> Endpoints:
         """The server with an engine per policy, started at the first call; `run_log` then names the
         log of `policy`'s engine."""
-        runs = self._config.out.resolve() / "runs"
+        out = self._config.out.resolve()
+        runs = out / "runs"
         if self._endpoints is None:
             policies = self._config.policies
             for engine in map(engine_model, policies):
                 (runs / f"{engine}.jsonl").unlink(missing_ok=True)
-            work = self._config.out.resolve() / "server"
+            work = out / "server"
             env = server_environment(self._config, self._placement, None, runs / f"{MODEL_PLACEHOLDER}.jsonl")
-            log = self._config.out.resolve() / "tritonserver.log"
+            log = out / "tritonserver.log"
             logger.info("starting one tritonserver with an engine per policy (log %s)", log)
             repository = policy_repository(work, policies, self._config.repository)
             self._server = local_server(repository, work, env, log, models=policy_models(policies))
