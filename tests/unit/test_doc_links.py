@@ -1,5 +1,6 @@
-"""Every relative link in README.md and docs/ reaches a file that exists and, where it names an
-anchor, a heading of that file: a link into a page that was reworded points nowhere without this.
+"""Every relative link in README.md and docs/ reaches a file or folder that exists and, where it
+names an anchor in a Markdown page, a heading of that page: a link into a page that was reworded
+points nowhere without this.
 
 Anchors follow GitHub's rule for headings: lower case, punctuation other than hyphens dropped,
 spaces as hyphens, "-1", "-2"... for repeats.
@@ -8,12 +9,13 @@ spaces as hyphens, "-1", "-2"... for repeats.
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 from tests.checkout import CHECKOUT
 
-# [text](target.md#anchor), [text](#anchor): the target and anchor of a relative Markdown link.
-LINK = re.compile(r"\]\(((?!https?:)[^)#\s]*\.md)?(#[^)\s]*)?\)")
+# [text](target#anchor), [text](#anchor): the target and anchor of a relative link.
+LINK = re.compile(r"\]\((?!https?:|mailto:)([^)#\s]*)(#[^)\s]*)?\)")
 HEADING = re.compile(r"^#{1,6} (.*)$")
 
 
@@ -22,7 +24,9 @@ def _slug(heading: str) -> str:
     return kept.replace(" ", "-")
 
 
-def _anchors(page: Path) -> set[str]:
+@cache
+def _anchors(page: Path) -> frozenset[str]:
+    """The anchors of `page`'s headings (read once per page, however many links point into it)."""
     counts: dict[str, int] = {}
     anchors: set[str] = set()
     in_code = False
@@ -35,7 +39,7 @@ def _anchors(page: Path) -> set[str]:
             repeat = counts.get(slug, 0)
             counts[slug] = repeat + 1
             anchors.add(slug if repeat == 0 else f"{slug}-{repeat}")
-    return anchors
+    return frozenset(anchors)
 
 
 def _pages() -> list[Path]:
@@ -50,9 +54,9 @@ def _broken_links(page: Path) -> list[str]:
             continue
         linked = (page.parent / target).resolve() if target else page
         where = f"{page.relative_to(CHECKOUT)}: {target or ''}{anchor or ''}"
-        if not linked.is_file():
+        if not linked.exists():
             broken.append(f"{where} (no such file)")
-        elif anchor and anchor[1:] not in _anchors(linked):
+        elif anchor and linked.suffix == ".md" and anchor[1:] not in _anchors(linked):
             broken.append(f"{where} (no such heading)")
     return broken
 
