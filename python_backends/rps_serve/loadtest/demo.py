@@ -360,7 +360,7 @@ class _Servers:
         self.run_log = self._config.out.resolve() / "runs" / f"{name}.jsonl"
         self.run_log.unlink(missing_ok=True)
         server = _server(self._config, self._placement, policy, name, self.run_log)
-        self._endpoints = server.__enter__()
+        self._endpoints = self._enter(server)
         self._server, self._policy = server, policy
         self._takeover = not runs and self._config.reuse_servers
         return self._endpoints
@@ -380,9 +380,20 @@ class _Servers:
             logger.info("starting one tritonserver with an engine per policy (log %s)", log)
             repository = policy_repository(work, policies, self._config.repository)
             self._server = local_server(repository, work, env, log, models=policy_models(policies))
-            self._endpoints = self._server.__enter__()
+            self._endpoints = self._enter(self._server)
         self.run_log = runs / f"{engine_model(policy)}.jsonl"
         return self._endpoints
+
+    def _enter(self, server: AbstractContextManager[Endpoints]) -> Endpoints:
+        """Start `server`, loading its models on every core, and place it once it is ready (runs
+        start only after: they see the placement they always had)."""
+        if self._placement is None:
+            return server.__enter__()
+        with self._placement.loading():
+            endpoints = server.__enter__()
+        if endpoints.pid is not None:
+            self._placement.pin_tree(endpoints.pid)
+        return endpoints
 
     def _stop_in_background(self) -> None:
         if self._server is None:

@@ -4,15 +4,18 @@ On a GPU server the engine's compute runs on its own device, and the host's CPU 
 Python-backend stubs, vLLM's EngineCore, the load client) cannot slow its steps. On the CPU stack the
 same holds only if the engine's worker has cores of its own: `Placement` gives it the last core(s)
 (vLLM's `VLLM_CPU_OMP_THREADS_BIND` binds the worker's threads there) and pins this process, and so
-every process it starts, to the others. `process_usage` reads, for a server's process tree and this
-process, which cores each may run on and the CPU seconds it has used, so that a run records both.
+every process it starts, to the others. A server loads its models on every core (`loading`: three
+engines' imports shared the one host core for ~170 s) and is placed once it is ready (`pin_tree`),
+before any run. `process_usage` reads, for a server's process tree and this process, which cores
+each may run on and the CPU seconds it has used, so that a run records both.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +50,52 @@ class Placement:
             except OSError:  # ended meanwhile
                 continue
 
+    @contextmanager
+    def loading(self) -> Iterator[None]:
+        """The calling thread on every core for the block, and so a server it starts (a thread's
+        affinity is what its children inherit); back on the host cores after it."""
+        os.sched_setaffinity(0, self.engine_cores + self.host_cores)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, self.host_cores)
+
+    def pin_tree(self, pid: int) -> None:
+        """Every thread of process `pid` and of its descendants onto the host cores, but for those
+        already bound within the engine cores (the engine worker's, which vLLM bound there) or the
+        host's. Passes
+        repeat until one moves nothing: a thread started meanwhile by a thread not yet moved would
+        inherit the cores it left."""
+        import psutil
+
+        engine, host = set(self.engine_cores), set(self.host_cores)
+        moved = True
+        while moved:
+            moved = False
+            try:
+                root = psutil.Process(pid)
+                processes = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for process in processes:
+                try:
+                    threads = process.threads()
+                except psutil.Error:  # ended meanwhile
+                    continue
+                for thread in threads:
+                    try:
+                        cores = os.sched_getaffinity(thread.id)
+                        if not (cores <= engine or cores <= host):
+                            os.sched_setaffinity(thread.id, self.host_cores)
+                            moved = True
+                    except OSError:  # ended meanwhile
+                        continue
+
     def describe(self) -> str:
-        return f"engine worker on core(s) {_cores(self.engine_cores)}, the rest on {_cores(self.host_cores)}"
+        return (
+            f"engine worker on core(s) {_cores(self.engine_cores)}, the rest on {_cores(self.host_cores)} "
+            "(servers load their models on every core and are placed once ready)"
+        )
 
 
 @dataclass(frozen=True)

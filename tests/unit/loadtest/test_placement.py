@@ -3,7 +3,9 @@ and what each process used."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -43,6 +45,67 @@ print(sorted({c for t in tasks for c in os.sched_getaffinity(int(t))}), list(pla
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     seen, host = out.strip().split("] [")
     assert seen + "]" == "[" + host
+
+
+@needs_two_cores
+def test_a_server_started_while_loading_gets_every_core_and_the_starter_its_host_cores_back() -> None:
+    """In a child process, as above: pinned, it starts a process inside `loading` and one after."""
+    code = """
+import json, os, subprocess, sys
+from rps_serve.loadtest.placement import Placement
+placement = Placement.split()
+placement.pin_this_process()
+show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+with placement.loading():
+    during = subprocess.run(show, capture_output=True, text=True, check=True).stdout
+after = subprocess.run(show, capture_output=True, text=True, check=True).stdout
+print(json.dumps([json.loads(during), json.loads(after), sorted(os.sched_getaffinity(0))]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    placement = Placement.split()
+    assert placement is not None
+    host = list(placement.host_cores)
+    assert json.loads(out) == [sorted(os.sched_getaffinity(0)), host, host]
+
+
+@needs_two_cores
+def test_placing_a_server_moves_its_tree_to_the_host_but_for_threads_bound_to_the_engine() -> None:
+    """A stand-in server on every core: a thread bound to the engine core (as vLLM binds its worker's),
+    a free one, and a child process with a free thread of its own. Placed, only the bound thread is
+    left on the engine core."""
+    placement = Placement.split()
+    assert placement is not None
+    code = f"""
+import os, subprocess, sys, threading, time
+def bound():
+    os.sched_setaffinity(0, {list(placement.engine_cores)})
+    time.sleep(60)
+threading.Thread(target=bound, daemon=True).start()
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+child = subprocess.Popen([sys.executable, "-c", "import threading, time; "
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
+    "print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    child = int(server.stdout.readline())
+    try:
+        placement.pin_tree(server.pid)
+        cores = {
+            (pid, int(tid)): sorted(os.sched_getaffinity(int(tid)))
+            for pid in (server.pid, child)
+            for tid in os.listdir(f"/proc/{pid}/task")
+        }
+    finally:
+        for pid in (child, server.pid):
+            os.kill(pid, signal.SIGKILL)
+        server.wait()
+    engine, host = list(placement.engine_cores), list(placement.host_cores)
+    assert [c for c in cores.values() if c != host] == [engine]
+    assert sum(1 for pid, _ in cores if pid == child) == 2  # the child's threads were read too
 
 
 def test_the_usage_of_this_process_is_the_clients_and_grows_with_work() -> None:
