@@ -44,22 +44,31 @@ def commit_of(path: Path) -> str:
 
 
 def machine() -> dict[str, Any]:
-    """What the runs ran on: the processor, its cores and memory, the OS."""
+    """What the runs ran on: the processor, its widest vector instructions (on a machine with AVX2
+    only the CPU engine served ~8x fewer requests a second than on earlier records'), its cores and
+    memory, the OS."""
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
+        (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
         platform.processor(),
     )
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {
         "cpu": model,
+        "vector": vector_extension(cpuinfo),
         "cores": os.cpu_count(),
         "memory_gib": round(memory_gib, 1),
         "os": platform.platform(),
     }
+
+
+def vector_extension(cpuinfo: Sequence[str]) -> str:
+    """The widest of AMX, AVX-512 and AVX2 that `/proc/cpuinfo`'s first flags line names, or "none"."""
+    flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo if line.startswith("flags")), set())
+    for name, flag in (("AMX", "amx_tile"), ("AVX-512", "avx512f"), ("AVX2", "avx2")):
+        if flag in flags:
+            return name
+    return "none"
 
 
 def claim_record(
@@ -114,7 +123,9 @@ def _section(record: Mapping[str, Any]) -> str:
         f"## {record['mix']}: {record['candidate']} against {baselines}",
         "",
         f"- recorded {record['recorded']}, commit `{record['commit']}`, on {machine_['cpu']} "
-        f"({machine_['cores']} cores, {machine_['memory_gib']:g} GiB)",
+        f"({machine_['cores']} cores, {machine_['memory_gib']:g} GiB"
+        + (f", {machine_['vector']}" if "vector" in machine_ else "")  # not in older records
+        + ")",
         f"- command: `{record['command']}`",
         f"- {record['seeds']} seeds of {record['requests']} requests per policy, fixed before the first run; "
         f"capacity: {record['capacity'] or 'not measured (rates given)'}",

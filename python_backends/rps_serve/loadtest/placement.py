@@ -22,6 +22,8 @@ from typing import Any
 
 from rps_serve.vllm_plugin.cpu_env import OMP_BIND_ENV
 
+THREAD_POOL_ENVS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -38,8 +40,16 @@ class Placement:
         return cls(tuple(cores[-engine_cores:]), tuple(cores[:-engine_cores]))
 
     def environment(self) -> dict[str, str]:
-        """For the server's environment: where vLLM's CPU worker binds its threads."""
-        return {OMP_BIND_ENV: ",".join(str(core) for core in self.engine_cores)}
+        """For the server's environment: where vLLM's CPU worker binds its threads, and the size of
+        every other process's thread pools (OpenMP, so torch's; BLAS's): the host's cores. Those pools
+        are sized at start from the cores a process may use, and a server loads on every core
+        (`loading`): pools sized for them and then pinned to fewer cores spin against each other
+        (the closed loop ran ~9x slower). The worker sizes its own pool from its binding."""
+        host = str(len(self.host_cores))
+        return {
+            OMP_BIND_ENV: ",".join(str(core) for core in self.engine_cores),
+            **{pool: host for pool in THREAD_POOL_ENVS},
+        }
 
     def pin_this_process(self) -> None:
         """Every thread of this process, and every process or thread it starts from now on, on the host

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from rps_serve.comparison import ratio_rows
-from rps_serve.loadtest.claims import claim_record, claims_page, commit_of
+from rps_serve.loadtest.claims import claim_record, claims_page, commit_of, vector_extension
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
 from tests.checkout import CHECKOUT
@@ -64,6 +64,20 @@ def test_the_record_names_where_when_and_how() -> None:
     assert record["seeds"] == 3 and record["mix"] == "cost-vs-modality"
     (load,) = record["loads"]
     assert load["ratios"]["fcfs"]["text P90 TTFT"]["verdict"] == "faster"
+
+
+def test_the_machine_names_its_widest_vector_extension() -> None:
+    assert claim_record(_summary(0.5), "rps", ["rps-serve"])["machine"]["vector"] in {
+        "AMX",
+        "AVX-512",
+        "AVX2",
+        "none",
+    }
+    flags = "flags\t\t: fpu sse2 avx2 avx512f avx512bw"
+    assert vector_extension(["processor\t: 0", flags]) == "AVX-512"
+    assert vector_extension([flags.replace(" avx512f avx512bw", "")]) == "AVX2"
+    assert vector_extension([flags + " amx_tile"]) == "AMX"
+    assert vector_extension(["flags\t\t: fpu sse2"]) == vector_extension([]) == "none"
 
 
 def test_the_page_shows_every_ratio_with_its_interval_and_n_newest_first() -> None:

@@ -22,7 +22,10 @@ def test_the_engine_gets_the_last_core_and_the_host_the_rest() -> None:
     placement = Placement.split()
     assert placement is not None
     assert placement.engine_cores == (cores[-1],) and placement.host_cores == tuple(cores[:-1])
-    assert placement.environment() == {"VLLM_CPU_OMP_THREADS_BIND": str(cores[-1])}
+    assert placement.environment() == {
+        "VLLM_CPU_OMP_THREADS_BIND": str(cores[-1]),
+        **dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), str(len(cores) - 1)),
+    }
     assert Placement.split(engine_cores=len(cores)) is None
 
 
