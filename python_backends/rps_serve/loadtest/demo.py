@@ -254,6 +254,7 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
                 for f in config.load_fractions
             ]
         total, counter = len(loads) * config.repeats * len(config.policies), itertools.count(1)
+        progress(arrivals_ahead(config, [load.rate for load in loads]))
 
         def run_started(line: str) -> None:
             progress(f"[{next(counter)}/{total}] {line}")
@@ -270,6 +271,18 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
                 runs.setdefault(policy, {}).update(zip(seeds, done, strict=True))
             load.runs = {p: [by_seed[s] for s in range(config.repeats)] for p, by_seed in runs.items()}
     return DemoRuns(loads, placement, closed, opened)
+
+
+def arrivals_ahead(config: DemoConfig, rates: Sequence[float]) -> str:
+    """How long the runs' arrivals alone will take at `rates`, said before the first run: each run
+    lasts its requests at the rate measured here, so a slower machine runs longer, not fewer."""
+    per_policy = sum(config.requests / rate for rate in rates) * config.repeats
+    minutes = per_policy * len(config.policies) / 60
+    runs = len(rates) * config.repeats * len(config.policies)
+    return (
+        f"{runs} runs of {config.requests} requests at {', '.join(f'{r:.2f}/s' for r in rates)}: "
+        f"{minutes:.0f} min of arrivals, each run's drain after it"
+    )
 
 
 def planned_order(config: DemoConfig) -> list[tuple[str, list[int]]]:

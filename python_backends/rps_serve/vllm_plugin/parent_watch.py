@@ -11,7 +11,10 @@ thread that is not the process's last).
 parent only between health updates, and once the server is gone any thread that reaches the server
 (a response, a log record through `pb_utils.Logger`) can block for good, holding the interpreter with
 it. So the stub starts a watcher process that reads the stub's parent from `/proc` and ends the stub's
-tree from outside, needing nothing from the stub.
+tree from outside, needing nothing from the stub. The watcher also outlives a stub that dies on its
+own (SIGKILL, the OOM killer): it keeps a list of the stub's descendants and ends those the stub
+left. The stock-vLLM engines a stub serves as baselines need it, as their engine cores run no RPS
+scheduler and so no watch of their own.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def watch_parent(poll_s: float = POLL_S) -> threading.Thread | None:
     thread; elsewhere (an in-process engine, whose parent is the user's shell) do nothing, return None."""
     if multiprocessing.parent_process() is None:
         return None
-    args = (os.getpid(), os.getppid(), poll_s)
+    args = (os.getpid(), os.getppid(), poll_s, False)
     thread = threading.Thread(target=_watch, args=args, name="rps-parent-watch", daemon=True)
     thread.start()
     return thread
@@ -41,10 +44,11 @@ def watch_parent(poll_s: float = POLL_S) -> threading.Thread | None:
 
 def start_parent_watcher(poll_s: float = POLL_S) -> multiprocessing.process.BaseProcess:
     """Start a watcher process that ends this process and its descendants once this process's parent
-    is gone. Daemonic, so that a normal exit of this process ends it too."""
+    is gone, and the descendants this process leaves if it dies first. Daemonic, so that a normal
+    exit of this process ends it too."""
     watcher = multiprocessing.get_context("spawn").Process(
         target=_watch,
-        args=(os.getpid(), os.getppid(), poll_s),
+        args=(os.getpid(), os.getppid(), poll_s, True),
         name="rps-parent-watch",
         daemon=True,
     )
@@ -52,14 +56,21 @@ def start_parent_watcher(poll_s: float = POLL_S) -> multiprocessing.process.Base
     return watcher
 
 
-def _watch(watched: int, parent: int, poll_s: float) -> None:
+def _watch(watched: int, parent: int, poll_s: float, end_orphans: bool) -> None:
     """Until `watched`'s parent is no longer `parent`, then end `watched`'s tree (from a thread of
-    `watched` itself or from another process alike); return if `watched` ends first."""
+    `watched` itself or from another process alike). If `watched` ends first: with `end_orphans`
+    (a watcher in another process), end the descendants it left, as last seen; else return."""
+    left: list[psutil.Process] = []
     while (current := parent_of(watched)) == parent:
+        if end_orphans:
+            left = _descendants(watched) or left
         time.sleep(poll_s)
     if current is not None:
         _say(f"process {watched}: its parent {parent} is gone; ending it and its children")
         kill_tree(watched)
+    elif left:
+        _say(f"process {watched} has ended; ending the processes it left")
+        _kill(left)
 
 
 def parent_of(pid: int) -> int | None:
@@ -76,18 +87,25 @@ def parent_of(pid: int) -> int | None:
 def kill_tree(root: int) -> None:
     """SIGKILL `root`'s descendants, then `root`: with its parent gone, no one reads their work. The
     caller, if among the descendants, goes last."""
-    try:
-        descendants = psutil.Process(root).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    for process in descendants:
-        if process.pid != os.getpid():
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                continue
+    _kill(_descendants(root))
     with contextlib.suppress(ProcessLookupError):
         os.kill(root, signal.SIGKILL)
+
+
+def _descendants(root: int) -> list[psutil.Process]:
+    """`root`'s descendants now; none once `root` has ended."""
+    try:
+        return psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _kill(processes: list[psutil.Process]) -> None:
+    """SIGKILL each of `processes` but the caller; psutil skips one whose PID a new process took."""
+    for process in processes:
+        if process.pid != os.getpid():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
 
 
 def _say(message: str) -> None:

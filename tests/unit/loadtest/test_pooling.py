@@ -15,7 +15,15 @@ from rps_serve.client import Tally
 from rps_serve.comparison import ratio_rows
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.demo import DemoConfig, LoadRuns, PolicyRun, run_order, run_plan, server_environment
+from rps_serve.loadtest.demo import (
+    DemoConfig,
+    LoadRuns,
+    PolicyRun,
+    arrivals_ahead,
+    run_order,
+    run_plan,
+    server_environment,
+)
 from rps_serve.loadtest.demo_report import fit_lines, machine_speed_lines, target_lines, wait_lines
 from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.server_stats import ServedFit
@@ -221,6 +229,19 @@ def test_the_plan_is_written_before_any_run() -> None:
         "one server for every run, the capacity search's included, an engine per policy "
         "(vllm_model-fcfs, vllm_model-rps); runs in order (policy seeds): fcfs 0; rps 0+1; fcfs 1+2; rps 2"
     )
+
+
+def test_the_time_ahead_follows_the_measured_rate() -> None:
+    # 3 seeds x 2 policies of 120 requests: at 4/s, 3 minutes of arrivals; a machine serving a
+    # tenth as fast is told so before its first run.
+    config = DemoConfig(
+        Path("repo"), Path("model"), Path("out"), policies=("fcfs", "rps"), repeats=3, requests=120
+    )
+    assert (
+        arrivals_ahead(config, [4.0])
+        == "6 runs of 120 requests at 4.00/s: 3 min of arrivals, each run's drain after it"
+    )
+    assert arrivals_ahead(config, [0.4]).endswith(": 30 min of arrivals, each run's drain after it")
 
 
 def _speed_runs(*speeds: float) -> list[PolicyRun]:

@@ -1,8 +1,10 @@
 """An engine-core-like process (started by multiprocessing) ends with its workers when its parent dies,
-and so does a stub-like process whose interpreter is stuck, through its watcher process."""
+and so does a stub-like process whose interpreter is stuck, through its watcher process; a stub that
+dies on its own takes down, through its watcher, the children it leaves."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -109,7 +112,10 @@ def test_engine_core_and_its_workers_end_with_their_parent(tmp_path: Path) -> No
         _kill_left(pids)
 
 
-def test_a_stuck_stub_and_its_children_end_with_its_parent(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _server_and_stub(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int]]]:
+    """A running "server" and the pids of its stuck "stub", the stub's watcher and its "worker";
+    whatever is left of them is killed on the way out."""
     server_script, stub_script, out = tmp_path / "server.py", tmp_path / "stub.py", tmp_path / "pids.json"
     server_script.write_text(SERVER)
     stub_script.write_text(STUB)
@@ -118,13 +124,26 @@ def test_a_stuck_stub_and_its_children_end_with_its_parent(tmp_path: Path) -> No
     try:
         pids = _pids_once_written(out, server)
         assert all(_running(pid) for pid in pids.values())
-        os.kill(server.pid, signal.SIGKILL)
-        server.wait()  # reaped, as an init does: only then is the stub re-parented
-        assert not _end_within(pids, 10.0)
+        yield server, pids
     finally:
         server.kill()
         server.wait()
         _kill_left(pids)
+
+
+def test_a_stuck_stub_and_its_children_end_with_its_parent(tmp_path: Path) -> None:
+    with _server_and_stub(tmp_path) as (server, pids):
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait()  # reaped, as an init does: only then is the stub re-parented
+        assert not _end_within(pids, 10.0)
+
+
+def test_the_children_of_a_killed_stub_end_while_its_server_lives(tmp_path: Path) -> None:
+    # The "worker" stands in for a stock-vLLM engine core, which has no watch of its own.
+    with _server_and_stub(tmp_path) as (server, pids):
+        os.kill(pids["stub"], signal.SIGKILL)
+        assert not _end_within({"worker": pids["worker"]}, 10.0)
+        assert server.poll() is None
 
 
 def test_no_watch_outside_a_multiprocessing_child() -> None:

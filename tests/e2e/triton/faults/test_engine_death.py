@@ -97,7 +97,7 @@ def test_engine_process_killed_under_load(server: Server, victim: str) -> None:
             assert result.error is not None, f"{request_id} finished after its engine was killed"
             assert f'"{request_id}"' in result.error and p.RESTARTING in result.error, result.error
     finally:
-        client.close()
+        client.close(cancel_requests=True)  # a failed check leaves streams open
     # While the new engine starts: refused as retryable, and the engine reported down.
     refused = run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=4), timeout_s=60)
     assert refused.error is not None and p.RESTARTING in refused.error, refused.error

@@ -1,6 +1,6 @@
-"""The `vllm_model` stub, then tritonserver itself, SIGKILLed under streaming load: no vLLM engine
-process outlives them, our client ends the streams Triton 2.51 leaves open, and a next server starts
-clean and serves."""
+"""The `vllm_model` stub (serving RPS, then a stock-vLLM baseline), then tritonserver itself,
+SIGKILLed under streaming load: no vLLM engine process outlives them, our client ends the streams
+Triton 2.51 leaves open, and a next server starts clean and serves."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from rps_serve.client import StreamClient
 from rps_serve.requests import Modality
+from rps_serve.triton.settings import POLICY_ENV
 from tests.e2e.triton.conftest import MODELS, VLLM_MODEL, Requests, Server, run, start_server
 from tests.e2e.triton.faults.conftest import (
     END_BOUND_S,
@@ -64,8 +65,11 @@ def _serves(server: Server) -> None:
             assert result.error is None, (modality, model, result.error)
 
 
-def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory) -> None:
-    with start_server(tmp_path_factory) as server:
+# The RPS engine core follows its stub from a thread of its own; a stock-vLLM engine core (the
+# baselines) has none, so the stub's watcher ends it.
+@pytest.mark.parametrize("policy", ["rps", "fcfs"])
+def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory, policy: str) -> None:
+    with start_server(tmp_path_factory, env={POLICY_ENV: policy}) as server:
         assert server.endpoints.pid is not None
         engine = _engine_processes(server)
         [stub] = [s for s in titled(server.endpoints.pid, STUB) if VLLM_MODEL in " ".join(s.cmdline())]
@@ -77,7 +81,7 @@ def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory) -> Non
             assert not _gone_within(engine, GONE_BOUND_S), "engine processes outlived their stub"
             _streams_end(client, killed)
         finally:
-            client.close()
+            client.close(cancel_requests=True)  # a failed check leaves streams open
         # New requests are refused (Triton: the stub "is not healthy"), not left waiting.
         refused = run(server, VLLM_MODEL, Requests(seed=3).make(Modality.TEXT), timeout_s=60)
         assert refused.error is not None
@@ -106,4 +110,4 @@ def test_server_killed_under_load(tmp_path_factory: pytest.TempPathFactory) -> N
             # The stream breaks with one error for all; the client ends the others.
             assert client.wait_all(killed + END_BOUND_S).lost == 0
         finally:
-            client.close()
+            client.close(cancel_requests=True)  # a failed check leaves streams open
