@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rps_serve.process_tree import process_tree
 from rps_serve.vllm_plugin.cpu_env import OMP_BIND_ENV
 
 THREAD_POOL_ENVS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -82,7 +83,7 @@ class Placement:
         moved = True
         while moved:
             moved = False
-            for process in _tree(pid):
+            for process in process_tree(pid):
                 try:
                     threads = process.threads()
                 except psutil.Error:  # ended meanwhile
@@ -117,7 +118,7 @@ def process_usage(server_pid: int | None) -> list[ProcessUsage]:
     """This process (the load client) and the server's process tree, each with its role."""
     import psutil
 
-    processes = [psutil.Process(), *(_tree(server_pid) if server_pid is not None else [])]
+    processes = [psutil.Process(), *(process_tree(server_pid) if server_pid is not None else [])]
     usage = []
     for process in processes:
         try:
@@ -130,17 +131,6 @@ def process_usage(server_pid: int | None) -> list[ProcessUsage]:
         except psutil.Error:  # ended meanwhile
             continue
     return usage
-
-
-def _tree(pid: int) -> list[Any]:
-    """Process `pid` and its descendants (psutil processes); none once it has ended."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
 
 
 def usage_during(before: Sequence[ProcessUsage], after: Sequence[ProcessUsage]) -> list[dict[str, Any]]:

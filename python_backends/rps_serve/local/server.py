@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rps_serve.process_tree import process_tree
+
 logger = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
@@ -337,15 +339,8 @@ def _alive(pid: int) -> bool:
 
 def shm_mapped_by(pid: int) -> set[Path]:
     """The /dev/shm files that process `pid` and its descendants map (while they run)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return set()
     mapped: set[Path] = set()
-    for process in processes:
+    for process in process_tree(pid):
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{process.pid}/maps").read_text().splitlines():
                 if f" {SHM_DIR}/" in line:

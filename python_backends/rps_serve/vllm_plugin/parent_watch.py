@@ -28,6 +28,8 @@ import time
 
 import psutil
 
+from rps_serve.process_tree import process_tree
+
 POLL_S = 0.5  # a watched process follows its parent within this
 
 
@@ -63,7 +65,7 @@ def _watch(watched: int, parent: int, poll_s: float, end_orphans: bool) -> None:
     left: list[psutil.Process] = []
     while (current := parent_of(watched)) == parent:
         if end_orphans:
-            left = _descendants(watched) or left
+            left = process_tree(watched)[1:] or left
         time.sleep(poll_s)
     if current is not None:
         _say(f"process {watched}: its parent {parent} is gone; ending it and its children")
@@ -87,17 +89,9 @@ def parent_of(pid: int) -> int | None:
 def kill_tree(root: int) -> None:
     """SIGKILL `root`'s descendants, then `root`: with its parent gone, no one reads their work. The
     caller, if among the descendants, goes last."""
-    _kill(_descendants(root))
+    _kill(process_tree(root)[1:])
     with contextlib.suppress(ProcessLookupError):
         os.kill(root, signal.SIGKILL)
-
-
-def _descendants(root: int) -> list[psutil.Process]:
-    """`root`'s descendants now; none once `root` has ended."""
-    try:
-        return psutil.Process(root).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
 
 
 def _kill(processes: list[psutil.Process]) -> None:
