@@ -275,7 +275,8 @@ def run_demo(config: DemoConfig, progress: Callable[[str], None] = logger.info) 
 
 def arrivals_ahead(config: DemoConfig, rates: Sequence[float]) -> str:
     """How long the runs' arrivals alone will take at `rates`, said before the first run: each run
-    lasts its requests at the rate measured here, so a slower machine runs longer, not fewer."""
+    lasts its requests at its rate (given, or a fraction of the capacity this machine measured), so
+    a slower machine runs longer, not fewer."""
     per_policy = sum(config.requests / rate for rate in rates) * config.repeats
     minutes = per_policy * len(config.policies) / 60
     runs = len(rates) * config.repeats * len(config.policies)
