@@ -154,18 +154,26 @@ class Comparison:
             self._capacities[key] = search_open_loop_capacity(probe, guess, CAPACITY_PROBES)
         return self._capacities[key]
 
-    def compare(self, reference: str, gpus: int, setting: Setting) -> Compared:
-        """Every policy on every seed's trace at the setting's rate; RPS over each baseline."""
-        capacity = self.capacity(reference, gpus, setting)
-        rate = setting.load * capacity.rate
-        runs: dict[str, list[RequestRecords]] = {p: [] for p in (*BASELINES, CANDIDATE)}
-        preemptions: dict[str, list[int]] = {p: [] for p in runs}
+    def runs(
+        self, reference: str, gpus: int, setting: Setting, policies: Sequence[str]
+    ) -> tuple[dict[str, list[RequestRecords]], dict[str, list[int]]]:
+        """Every policy on every seed's trace at the setting's rate, seed by seed: each policy's
+        records and preemptions, in seed order."""
+        rate = setting.load * self.capacity(reference, gpus, setting).rate
+        runs: dict[str, list[RequestRecords]] = {p: [] for p in policies}
+        preemptions: dict[str, list[int]] = {p: [] for p in policies}
         for seed in SEEDS:
             setup = prepare(self.config(reference, gpus, setting, rate, seed))
-            for policy in runs:
+            for policy in policies:
                 outcome = run_policy(setup, policy)
                 runs[policy].append(outcome.records)
                 preemptions[policy].append(outcome.preemptions)
+        return runs, preemptions
+
+    def compare(self, reference: str, gpus: int, setting: Setting) -> Compared:
+        """Every policy on every seed's trace at the setting's rate; RPS over each baseline."""
+        capacity = self.capacity(reference, gpus, setting)
+        runs, preemptions = self.runs(reference, gpus, setting, (*BASELINES, CANDIDATE))
         ratios = {
             baseline: {m.name: paired_ratio(runs[CANDIDATE], runs[baseline], m) for m in _metrics()}
             for baseline in BASELINES

@@ -266,6 +266,7 @@ class Engine:
             self.queues.score(self._level[request], self._arrival[request]),
             self._arrival[request],
             int(self.preemptions[request]),
+            self._prompt[request] + int(self.generated[request]),
         )
         position = self.rule.victim_position(
             waiting,
@@ -273,6 +274,7 @@ class Engine:
             self._running_scores(ids),
             self.work.arrival_s[ids],
             self.preemptions[ids],
+            self.computed[ids],
         )
         return None if position is None else int(candidates[position])
 
@@ -341,12 +343,17 @@ class Engine:
         with self.holds.applied(self.queues, self._running_levels, self.now):
             yield
 
+    def _prefilling(self) -> list[tuple[int, float]]:
+        """(level, arrival) of the running requests whose prompt is not yet computed."""
+        ids = self.running[self.computed[self.running] < self.work.prompt_tokens[self.running]].tolist()
+        return [(self._level[r], self._arrival[r]) for r in ids]
+
     def _running_levels(self) -> Mapping[Hashable, int]:
         return {request: self._level[request] for request in self.running.tolist()}
 
     def step(self) -> float:
         """Schedule and run one step; returns its duration (0 when nothing could run)."""
-        self.queues.begin_iteration()
+        self.queues.begin_iteration(self._prefilling() if self.queues.regulator.bounded else ())
         preemptions_before = self.preemption_count
         admitted: list[int] = []
         tokens: list[int] = []

@@ -57,6 +57,14 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _tokens(request: Request) -> int:
+    """A running request's computed tokens (what an eviction discards); a waiting one's tokens to
+    compute (prompt and those generated before a preemption)."""
+    if request.status == RequestStatus.RUNNING:
+        return request.num_computed_tokens
+    return request.num_tokens
+
+
 class _ObservedCosts:
     """The plug-in's record of observed prefill costs (`RPSConfig.observed_costs`): the steps
     scheduled and not yet updated, the observer, and the file its records go to."""
@@ -161,7 +169,8 @@ class _RPSMixin(Scheduler):
         return StepWork(prefill, decode, completed)
 
     def _schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        self.waiting.classes.begin_iteration()
+        classes = self.waiting.classes
+        classes.begin_iteration(self._prefilling() if classes.regulator.bounded else ())
         # With every sequence slot taken no waiting request can start this step, so neither a hold,
         # an eviction nor a chunk cap would change what runs: skip them (and the scoring they need).
         if len(self.running) >= self.max_num_running_reqs:
@@ -197,13 +206,21 @@ class _RPSMixin(Scheduler):
             self.holds += held
             yield
 
+    def _prefilling(self) -> list[tuple[int, float]]:
+        """(level, arrival) of the running requests whose prompt is not yet computed."""
+        return [
+            (self.waiting.level(r), r.arrival_time)
+            for r in self.running
+            if r.num_computed_tokens < r.num_prompt_tokens
+        ]
+
     def _contenders(self, requests: list[Request]) -> list[Contender]:
         """`requests` as the preemption rule sees them, scored in one vectorized call."""
         levels = [self.waiting.level(r) for r in requests]
         arrivals = [r.arrival_time for r in requests]
         scores = self.waiting.classes.scores(levels, arrivals)
         return [
-            Contender(level, score, r.arrival_time, r.num_preemptions)
+            Contender(level, score, r.arrival_time, r.num_preemptions, _tokens(r))
             for r, level, score in zip(requests, levels, scores, strict=True)
         ]
 

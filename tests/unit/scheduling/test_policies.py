@@ -14,6 +14,13 @@ def test_the_baselines_run_on_stock_vllm_and_never_evict_for_a_waiting_request()
     for policy in Policy:
         row = policy.row
         assert row.stock == (policy in (Policy.FCFS, Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY))
-        assert (PreemptionRule.for_policy(policy) is None) == row.stock
+        if row.stock:
+            assert PreemptionRule.for_policy(policy) is None
         assert row.vllm_policy == ("fcfs" if policy is Policy.FCFS else "priority")
         assert row.by_class == (row.order is not Order.ARRIVAL)
+
+
+def test_only_the_bounded_order_takes_a_wait_bound() -> None:
+    for policy in Policy:
+        row = policy.row
+        assert (row.wait_bound_slowdown is not None) == (row.order is Order.BOUNDED)
