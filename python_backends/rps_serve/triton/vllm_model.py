@@ -61,6 +61,7 @@ from rps_serve.triton.online_costs import CostModelMetrics, ObservedCostFeed, ob
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_lag
+from rps_serve.triton.sampling import as_declared
 from rps_serve.triton.settings import FrontEndMode, load_settings
 from rps_serve.triton.triton_log import log_to_triton
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
@@ -81,7 +82,7 @@ def sampling_params(parameters: dict[str, Any], info: ClassInfo, limits: MediaLi
     `max_output_tokens` tokens (vLLM reads `max_tokens: null` as "up to the context length")."""
     from vllm import SamplingParams
 
-    parameters = dict(parameters)
+    parameters = as_declared(parameters, SamplingParams)
     extra_args = parameters.get("extra_args")
     if isinstance(extra_args, dict) and EXTRA_ARGS_KEY in extra_args:
         raise p.BadRequest(

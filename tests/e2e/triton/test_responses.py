@@ -209,3 +209,27 @@ def test_a_direct_caller_cannot_claim_a_lighter_class(server: Server) -> None:
     assert client.results["rocks"].outputs[p.RPS_CLASS][0].decode() == RequestClass.ROCKS.label
     error = client.results["extra_args"].error
     assert error is not None and "extra_args.rps" in error, error
+
+
+def test_sampling_parameters_as_vllm_backend_takes_them(server: Server, requests: Requests) -> None:
+    """Numbers and booleans as strings, as GenAI-Perf sends them to vllm_backend, are served; a string
+    that is not of the declared type, and a key this deployment does not serve, get errors naming them."""
+    text = requests.make(Modality.TEXT, stream=True)
+    as_strings = {"max_tokens": "3", "ignore_eos": "true", "temperature": "0"}
+    cases = {
+        "strings": as_strings,
+        "not a number": {**as_strings, "max_tokens": "three"},
+        "lora": {**as_strings, "lora_name": "adapter"},
+    }
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        for name, sampling in cases.items():
+            client.submit(ENSEMBLE, name, replace(text, sampling_parameters=sampling).tensors())
+        _finish(client)
+    finally:
+        client.close()
+    served = client.results["strings"]
+    assert served.error is None and served.text, served.error
+    for name, named in (("not a number", "max_tokens"), ("lora", "lora_name")):
+        error = client.results[name].error
+        assert error is not None and named in error, error
