@@ -297,6 +297,13 @@ def _verdict(ratios: dict[str, Ratio]) -> str:
     return f"does not hold (no difference measured: {', '.join(tied)})"
 
 
+def check_settings(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """Exit with the parser's usage where a name is not one of `SETTINGS`."""
+    unknown = set(names) - set(SETTINGS)
+    if unknown:
+        parser.error(f"unknown settings {', '.join(sorted(unknown))}; expected {', '.join(SETTINGS)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -308,9 +315,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/h100-comparison"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    unknown = set(args.names) - set(SETTINGS)
-    if unknown:
-        parser.error(f"unknown settings {', '.join(sorted(unknown))}; expected {', '.join(SETTINGS)}")
+    check_settings(parser, args.names)
     comparison = Comparison(args.requests, args.out)
     if args.why:
         reference = SMALL if args.gpus == 1 else LARGE

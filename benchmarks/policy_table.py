@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from h100_comparison import BASELINES, DEPLOYMENTS, SEEDS, SETTINGS, Comparison, _model
+from h100_comparison import BASELINES, DEPLOYMENTS, SEEDS, SETTINGS, Comparison, _model, check_settings
 from rps_serve.comparison import HEADLINE_METRICS, Metric, paired_ratio, steady
 from rps_serve.metrics import RequestRecords
 from rps_serve.sim.simulator import policy_variant
@@ -109,9 +109,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/policy-table"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    unknown = set(args.names) - set(SETTINGS)
-    if unknown:
-        parser.error(f"unknown settings {', '.join(sorted(unknown))}; expected {', '.join(SETTINGS)}")
+    check_settings(parser, args.names)
     candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
     for candidate in candidates:
         policy_variant(candidate)  # fail on a bad name before any run

@@ -79,6 +79,17 @@ class Scenario:
 
 ROCK_TOKENS = 12 * BLOCK_SIZE - 8  # a rock that takes 12 blocks
 
+
+def kv_pressure(name: str, policy: Policy, sand_tokens: int = 4 * BLOCK_SIZE) -> Scenario:
+    """A rock running in all but one free block of the KV cache when sand arrives."""
+    return Scenario(
+        name,
+        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, sand_tokens)),
+        policy=policy,
+        num_blocks=12 + 2,
+    )
+
+
 SCENARIOS = [
     Scenario(
         "sand takes the one free slot before an earlier rock",
@@ -146,11 +157,7 @@ SCENARIOS = [
         settings={"decode_hold_s": 60.0},
         max_num_seqs=2,
     ),
-    Scenario(
-        "under KV pressure waiting sand evicts a running rock",
-        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, 4 * BLOCK_SIZE)),
-        num_blocks=12 + 2,
-    ),
+    kv_pressure("under KV pressure waiting sand evicts a running rock", Policy.RPS),
     Scenario(
         "one eviction a step",
         (
@@ -196,30 +203,17 @@ SCENARIOS = [
         max_num_seqs=2,
         time_scale=1e-9,
     ),
-    Scenario(
-        "bounded: under KV pressure waiting sand does not evict",
-        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, 4 * BLOCK_SIZE)),
-        policy=Policy.BOUNDED,
-        num_blocks=12 + 2,
-    ),
-    Scenario(
+    kv_pressure("bounded: under KV pressure waiting sand does not evict", Policy.BOUNDED),
+    kv_pressure(
         "bounded-evict: a rock that has computed more than the sand will keeps its blocks",
-        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, 4 * BLOCK_SIZE)),
-        policy=Policy.BOUNDED_EVICT,
-        num_blocks=12 + 2,
+        Policy.BOUNDED_EVICT,
     ),
-    Scenario(
+    kv_pressure(
         "bounded-evict: sand evicts a rock that has computed no more than it will",
-        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, ROCK_TOKENS + 6)),
-        policy=Policy.BOUNDED_EVICT,
-        num_blocks=12 + 2,
+        Policy.BOUNDED_EVICT,
+        sand_tokens=ROCK_TOKENS + 6,
     ),
-    Scenario(
-        "FCFS never evicts for a waiting request",
-        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, 4 * BLOCK_SIZE)),
-        policy=Policy.FCFS,
-        num_blocks=12 + 2,
-    ),
+    kv_pressure("FCFS never evicts for a waiting request", Policy.FCFS),
 ]
 
 Steps = list[dict[str, int]]
