@@ -31,7 +31,10 @@ class Policy(enum.Enum):
       class that has waited `wait_bound_slowdown` times its class's isolated TTFT goes ahead of every
       class, oldest first; no eviction for a waiting request;
     - bounded-evict: bounded, with evictions only of victims that have computed no more tokens than
-      the waiting request will (their recompute costs no more than the request they make room for).
+      the waiting request will (their recompute costs no more than the request they make room for);
+    - headroom: class order, arrival inside a class, no aging and no eviction for a waiting request;
+      a request of a heavier class than the lightest starts only where a share of the KV cache stays
+      free after it (`scheduling.admission`).
     """
 
     RPS = "rps"
@@ -43,6 +46,7 @@ class Policy(enum.Enum):
     MODALITY_PRIORITY = "modality-priority"
     BOUNDED = "bounded"
     BOUNDED_EVICT = "bounded-evict"
+    HEADROOM = "headroom"
 
     @property
     def row(self) -> PolicyRow:
@@ -88,7 +92,9 @@ class PolicyRow:
     request evicts a running one; `starvation_guard`: a head that waited for KV blocks keeps its
     turn (`scheduling.queues`); `wait_bound_slowdown`: under the bounded order, a request's wait
     bound as a multiple of its class's isolated TTFT (`ClassParameters.slo_s`); `victim_tokens_share`:
-    where set, a victim must have computed at most this share of the waiting request's tokens."""
+    where set, a victim must have computed at most this share of the waiting request's tokens;
+    `kv_reserve`: the share of the KV cache a heavier class's admission leaves free
+    (`scheduling.admission`), 0 for none."""
 
     order: Order
     stock: bool = False
@@ -97,6 +103,7 @@ class PolicyRow:
     starvation_guard: bool = False
     wait_bound_slowdown: float | None = None
     victim_tokens_share: float | None = None
+    kv_reserve: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.order is Order.BOUNDED) != (self.wait_bound_slowdown is not None):
@@ -119,6 +126,8 @@ _TWICE = math.log(2.0)
 # 1.58 s on the paper's H100) goes first after 32 s, about when the paper's aging lets it outrank
 # fresh sand (33 s at boost 3); chosen on the simulator's policy table (docs/decisions.md).
 WAIT_BOUND_SLOWDOWN = 20.0
+# The KV headroom a heavier class's admission leaves: chosen on the policy table (docs/decisions.md).
+KV_RESERVE = 0.05
 POLICY_TABLE: dict[Policy, PolicyRow] = {
     Policy.RPS: PolicyRow(Order.STATIC_AND_AGING, eviction_margin=_TWICE, starvation_guard=True),
     Policy.STATIC: PolicyRow(Order.STATIC, eviction_margin=_TWICE),
@@ -135,6 +144,7 @@ POLICY_TABLE: dict[Policy, PolicyRow] = {
         wait_bound_slowdown=WAIT_BOUND_SLOWDOWN,
         victim_tokens_share=1.0,
     ),
+    Policy.HEADROOM: PolicyRow(Order.STATIC, kv_reserve=KV_RESERVE),
 }
 
 

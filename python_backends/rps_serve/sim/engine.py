@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
@@ -158,6 +159,7 @@ class Engine:
         self.steps = 0
         self._preempted_last = False
         self._fcfs_victims = queues.regulator.policy.row.vllm_policy == "fcfs"
+        self._kv_reserve = queues.regulator.policy.row.kv_reserve
         self._chunk_limit = 0  # vLLM's long_prefill_token_threshold for the current step; 0: none
         # Plain lists: scalar reads in the Python parts of a step are much cheaper than numpy indexing.
         self._prompt = work.prompt_tokens.tolist()
@@ -290,6 +292,8 @@ class Engine:
         seqs = len(self.running)
         while budget > 0 and self.queues:
             request = self.queues.peek()
+            if not self._admits(request):
+                break
             if request in evicted:
                 break  # evicted in this step: not rescheduled in the same step, as in vLLM
             chunk = self._chunk(self._prompt[request] + int(self.generated[request]), budget)
@@ -321,6 +325,13 @@ class Engine:
             self.blocks[request] = need
             seqs += 1
         return admitted, tokens, removed
+
+    def _admits(self, request: int) -> bool:
+        """The policy's KV headroom (`scheduling.admission`) lets `request` start now."""
+        config = self.config
+        tokens = self._prompt[request] + int(self.generated[request])
+        level = self._level[request]
+        return admits(level, tokens, self.free_blocks, config.num_blocks, config.block_size, self._kv_reserve)
 
     def _step_chunk_limit(self) -> int:
         """The step's prefill chunk limit, decided as the vLLM plug-in decides it: from the best waiting

@@ -33,6 +33,9 @@ class ClassRequestQueue(RequestQueue):
         self._classify = classify
         self._group_of = group_of
         self._levels: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
+        # While set (for one `schedule()`), the queue reads as empty when its best request may not
+        # start now: vLLM's loop then ends its admissions, as at a request the cache cannot hold.
+        self.admits: Callable[[Request], bool] | None = None
 
     def level(self, request: Request) -> int:
         """Class level of a request this queue has seen (waiting or not)."""
@@ -74,7 +77,9 @@ class ClassRequestQueue(RequestQueue):
         return self.classes.ordered()[index]
 
     def __bool__(self) -> bool:
-        return bool(self.classes)
+        if self.admits is None:
+            return bool(self.classes)
+        return bool(self.classes) and self.admits(self.classes.peek())
 
     def __len__(self) -> int:
         return len(self.classes)

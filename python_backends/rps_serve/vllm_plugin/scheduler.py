@@ -39,6 +39,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from rps_serve.cost.observed import PrefillCostObserver, StepWork
 from rps_serve.cost.runtime import aging_time_scale
+from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
@@ -182,16 +183,41 @@ class _RPSMixin(Scheduler):
             return self._schedule_waiting(*args, **kwargs)
 
     def _schedule_waiting(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        """vLLM's loop, after an eviction for the best waiting request and with the step's chunk cap
-        and set-aside prefills, where they act."""
+        """vLLM's loop, after an eviction for the best waiting request and with the step's KV headroom,
+        chunk cap and set-aside prefills, where they act."""
         self._evict_for_waiting()
-        if not self._caps_chunks and not self._yields_prefills:  # both off in the shipped settings
-            return super().schedule(*args, **kwargs)
-        cap, aside = self._prefill_cap(), self._outranked_prefills()
-        if not cap and not aside:  # the usual step: vLLM's loop as it is
-            return super().schedule(*args, **kwargs)
-        with self._chunk_cap(cap), self._set_aside(aside):
-            return super().schedule(*args, **kwargs)
+        with self._kv_headroom():
+            if not self._caps_chunks and not self._yields_prefills:  # both off in the shipped settings
+                return super().schedule(*args, **kwargs)
+            cap, aside = self._prefill_cap(), self._outranked_prefills()
+            if not cap and not aside:  # the usual step: vLLM's loop as it is
+                return super().schedule(*args, **kwargs)
+            with self._chunk_cap(cap), self._set_aside(aside):
+                return super().schedule(*args, **kwargs)
+
+    @contextmanager
+    def _kv_headroom(self) -> Iterator[None]:
+        """For one `schedule()`, a waiting request of a heavier class than the lightest starts only
+        where the policy's share of the KV cache stays free after it (`scheduling.admission`): the
+        queue reads as empty to vLLM's loop otherwise. Asked when vLLM's loop asks whether requests
+        wait, after the running requests have taken their blocks, as the simulator asks."""
+        reserve = self.rps.policy.row.kv_reserve
+        if not reserve:
+            yield
+            return
+        pool = self.kv_cache_manager.block_pool
+        usable = pool.num_gpu_blocks - 1  # vLLM keeps one null block
+
+        def starts(request: Request) -> bool:
+            level = self.waiting.level(request)
+            free = pool.get_num_free_blocks()
+            return admits(level, request.num_tokens, free, usable, self.block_size, reserve)
+
+        self.waiting.admits = starts
+        try:
+            yield
+        finally:
+            self.waiting.admits = None
 
     @contextmanager
     def _holding(self, holds: DecodeHolds[Request]) -> Iterator[None]:

@@ -214,6 +214,26 @@ SCENARIOS = [
         sand_tokens=ROCK_TOKENS + 6,
     ),
     kv_pressure("FCFS never evicts for a waiting request", Policy.FCFS),
+    Scenario(
+        "headroom: a rock that would leave less than the reserve free waits; sand starts",
+        (
+            Arrival(0, "rock-0", ROCK, ROCK_TOKENS, max_tokens=6),
+            Arrival(1, "rock-1", ROCK, ROCK_TOKENS + BLOCK_SIZE, max_tokens=3),
+            Arrival(2, "sand", SAND, 20, max_tokens=3),
+        ),
+        policy=Policy.HEADROOM,
+        num_blocks=2 * 12 + 3,
+    ),
+    Scenario(
+        "headroom: with room to spare it is class order",
+        (
+            Arrival(0, "rock", ROCK, 100),
+            Arrival(0, "pebble", PEBBLE, 50),
+            Arrival(1, "sand", SAND, 20),
+        ),
+        policy=Policy.HEADROOM,
+        max_num_seqs=1,
+    ),
 ]
 
 Steps = list[dict[str, int]]
