@@ -48,7 +48,7 @@ from rps_serve.loadtest.capacity import (
     request_stream,
     search_open_loop_capacity,
 )
-from rps_serve.loadtest.demo_analysis import CANDIDATE
+from rps_serve.loadtest.demo_analysis import candidate_of
 from rps_serve.loadtest.load import BenchConfig, BenchRun, run_bench
 from rps_serve.loadtest.placement import Placement, process_usage, usage_during
 from rps_serve.loadtest.replay import Replayed, build_requests, replay
@@ -140,6 +140,11 @@ class LoadRuns:
     warm_up: float = STEADY_STATE_TRIM
 
     @property
+    def candidate(self) -> str:
+        """The policy judged against the others (`candidate_of`)."""
+        return candidate_of(self.runs)
+
+    @property
     def name(self) -> str:
         if self.fraction is None:
             return f"{self.rate:.2f} req/s"
@@ -169,9 +174,9 @@ class LoadRuns:
         """The candidate's paired ratios to each baseline over the whole runs (computed once: read it
         only when every run is in)."""
         records = {p: [r.bench.records for r in runs] for p, runs in self.runs.items()}
-        if CANDIDATE not in records or len(records) < 2:
+        if self.candidate not in records or len(records) < 2:
             return {}
-        return ratio_rows(records, CANDIDATE, warm_up=self.warm_up)
+        return ratio_rows(records, self.candidate, warm_up=self.warm_up)
 
 
 @dataclass(frozen=True)

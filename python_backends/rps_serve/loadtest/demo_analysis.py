@@ -4,20 +4,29 @@ run's machine speed, and the starvation bound the longest video waits of a run a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality, RequestClass
-from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
+from rps_serve.scheduling.parameters import Policy, PressureSettings, class_ladder, in_time_units
 from rps_serve.scheduling.regulator import starvation_bound_s
 
 if TYPE_CHECKING:
     from rps_serve.loadtest.demo import PolicyRun
 
 
-CANDIDATE = "rps"
+CANDIDATE = "rps"  # the shipped policy: the candidate where a run has none of its own
+
+
+def candidate_of(policies: Iterable[str]) -> str:
+    """The policy the demo judges: the first of `policies` that is not stock vLLM's (rps, headroom,
+    ...), against the stock baselines beside it; `CANDIDATE` where every one is stock."""
+    return next((p for p in policies if not Policy.parse(p).is_stock), CANDIDATE)
+
+
 # What RPS is to achieve against each baseline, per mix (the candidate's metric over the baseline's at
 # most this); a target is met only where the ratio's whole 95% interval is.
 TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {

@@ -15,9 +15,9 @@ from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale
 from rps_serve.cost.training import fit_of_report
 from rps_serve.loadtest.demo import DemoConfig, DemoRuns, LoadRuns, PolicyRun, config_json, run_plan
 from rps_serve.loadtest.demo_analysis import (
-    CANDIDATE,
     SPEED_TOLERANCE,
     TARGETS,
+    candidate_of,
     run_speed,
     speed_change,
     starvation_check,
@@ -37,7 +37,7 @@ def target_lines(load: LoadRuns, repository: Path, mix: str) -> list[str]:
         if baseline in ratios:
             ratio = ratios[baseline][metric]
             verdict = "" if not ratio.measured else " met" if ratio.meets(target) else " not met"
-            lines.append(f"target {CANDIDATE} / {baseline} {metric} <= {target:g}x: {ratio}{verdict}")
+            lines.append(f"target {load.candidate} / {baseline} {metric} <= {target:g}x: {ratio}{verdict}")
     lines += wait_lines(load, repository)
     return lines
 
@@ -46,7 +46,7 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
     """Each policy's longest video wait for its first token in every run (whole runs: the drain too),
     and the candidate's against the starvation bound of its run (`starvation_check`): a bound holds
     only if every run is within it."""
-    if CANDIDATE not in load.runs:
+    if load.candidate not in load.runs:
         return []
     scale = aging_time_scale(repository)
     rps = read_settings(repository / SETTINGS_FILE, repository).rps
@@ -56,14 +56,14 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
         videos = [r.bench.records.ttft[r.bench.records.modality == Modality.VIDEO.index] for r in runs]
         longest = ", ".join(seconds(float(np.nanmax(v)) if np.isfinite(v).any() else None) for v in videos)
         lines.append(f"{policy}: longest video TTFT per run (s): {longest}")
-    checks = [starvation_check(run.bench.records, scale, hold_s) for run in load.runs[CANDIDATE]]
+    checks = [starvation_check(run.bench.records, scale, hold_s) for run in load.runs[load.candidate]]
     for label in sorted({label for check in checks for label in check}):
         per_run = [check[label] for check in checks if label in check]
         over = sum(c["longest_video_ttft_s"] > c["bound_s"] for c in per_run)
         shown = "; ".join(f"{c['longest_video_ttft_s']:.2f} s of {c['bound_s']:.1f} s" for c in per_run)
         verdict = "every run within it" if not over else f"{over} of {len(per_run)} runs over it"
         lines.append(
-            f"{CANDIDATE} {label} videos against the starvation bound, per run: {shown} ({verdict}; "
+            f"{load.candidate} {label} videos against the starvation bound, per run: {shown} ({verdict}; "
             f"aging clock {scale:.2f}x the paper's; decode hold {hold_s:.2f} s)"
         )
     return lines
@@ -109,16 +109,16 @@ def machine_speed_lines(load: LoadRuns, tolerance: float = SPEED_TOLERANCE) -> l
             for policy, values in speeds.items()
         )
     ]
-    if CANDIDATE not in load.runs:
+    if load.candidate not in load.runs:
         return lines
     for baseline, runs in load.runs.items():
-        if baseline == CANDIDATE:
+        if baseline == load.candidate:
             continue
-        for seed, (mine, theirs) in enumerate(zip(load.runs[CANDIDATE], runs, strict=True)):
+        for seed, (mine, theirs) in enumerate(zip(load.runs[load.candidate], runs, strict=True)):
             change = speed_change(mine, theirs)
             if abs(change) > tolerance:
                 lines.append(
-                    f"seed {seed}: {CANDIDATE}'s run found the machine {abs(change):.0%} "
+                    f"seed {seed}: {load.candidate}'s run found the machine {abs(change):.0%} "
                     f"{'slower' if change > 0 else 'faster'} than {baseline}'s ({run_speed(mine):.2f} ms "
                     f"against {run_speed(theirs):.2f}): this seed's ratios to {baseline} measure the "
                     "machine as well"
@@ -149,7 +149,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
                 "fraction": load.fraction,
                 "capacity_bracketed": load.bracketed,
                 "results": results,
-                f"{CANDIDATE}_ratios": {
+                f"{load.candidate}_ratios": {
                     baseline: {name: r.to_json() for name, r in row.items()}
                     for baseline, row in load.ratios.items()
                 },
@@ -180,7 +180,7 @@ def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
     summary = results_json(demo, config)
     json_path.write_text(json.dumps(summary, indent=1) + "\n")
     claims_path = config.out / "claims.json"
-    write_record(claim_record(summary, CANDIDATE), claims_path)
+    write_record(claim_record(summary, candidate_of(config.policies)), claims_path)
     written = [json_path, claims_path]
     for load in demo.loads:
         plot_path = config.out / f"ttft-{load.rate:.2f}.png"

@@ -24,6 +24,7 @@ from rps_serve.loadtest.demo import (
     run_plan,
     server_environment,
 )
+from rps_serve.loadtest.demo_analysis import CANDIDATE, candidate_of
 from rps_serve.loadtest.demo_report import fit_lines, machine_speed_lines, target_lines, wait_lines
 from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.server_stats import ServedFit
@@ -268,3 +269,9 @@ def test_engine_arguments_reach_every_server_through_the_settings(tmp_path: Path
     assert settings.engine_args["max_num_batched_tokens"] == 2048  # model.json's others kept
     assert settings.policy.value == "rps"
     assert ENGINE_ARGS_ENV not in server_environment(DemoConfig(REPOSITORY, tmp_path, tmp_path), None, "rps")
+
+
+def test_the_candidate_is_the_policy_that_is_not_stock() -> None:
+    assert candidate_of(["modality-priority", "headroom", "vllm-priority"]) == "headroom"
+    assert candidate_of(["fcfs", "rps"]) == "rps"
+    assert candidate_of(["fcfs", "vllm-priority"]) == CANDIDATE
