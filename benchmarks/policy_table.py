@@ -27,7 +27,7 @@ from rps_serve.comparison import HEADLINE_METRICS, Metric, paired_ratio, steady
 from rps_serve.metrics import RequestRecords
 from rps_serve.sim.simulator import policy_variant
 
-CANDIDATES = ("rps", "rps-no-evict", "bounded", "bounded-evict")
+CANDIDATES = ("rps", "rps-no-evict", "bounded", "bounded-evict", "headroom")
 STOCK_PRIORITIES = ("vllm-priority", "modality-priority")
 METRICS: tuple[Metric, ...] = tuple(
     m
