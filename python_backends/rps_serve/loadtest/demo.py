@@ -205,7 +205,7 @@ def run_plan(config: DemoConfig) -> list[str]:
     shown = "; ".join(f"{policy} {'+'.join(str(s) for s in seeds)}" for policy, seeds in order)
     servers = f"servers in order (policy seeds): {shown}"
     if config.one_server:
-        engines = ", ".join(engine_model(policy) for policy in config.policies)
+        engines = ", ".join(engine_model(policy) for policy in engine_policies(config))
         servers = (
             f"one server for every run, the capacity search's included, an engine per policy ({engines}); "
             f"runs in order (policy seeds): {shown}"
@@ -339,6 +339,15 @@ def _runs_on_one_server(
     return runs
 
 
+def engine_policies(config: DemoConfig) -> list[str]:
+    """The policies the one server holds an engine for: the runs', and the capacity search's where it
+    searches and the runs do not include it."""
+    policies = list(config.policies)
+    if not config.rates and CAPACITY_POLICY not in policies:
+        policies.append(CAPACITY_POLICY)
+    return policies
+
+
 def served_models(config: DemoConfig, policy: str) -> tuple[str, str]:
     """The ensemble `policy`'s requests go to, and the engine model behind it."""
     if config.one_server:
@@ -390,7 +399,7 @@ class _Servers:
         out = self._config.out.resolve()
         runs = out / "runs"
         if self._endpoints is None:
-            policies = self._config.policies
+            policies = engine_policies(self._config)
             for engine in map(engine_model, policies):
                 (runs / f"{engine}.jsonl").unlink(missing_ok=True)
             work = out / "server"

@@ -230,6 +230,13 @@ def test_the_plan_is_written_before_any_run() -> None:
         "one server for every run, the capacity search's included, an engine per policy "
         "(vllm_model-fcfs, vllm_model-rps); runs in order (policy seeds): fcfs 0; rps 0+1; fcfs 1+2; rps 2"
     )
+    # Without FCFS among the runs, the capacity search still gets its FCFS engine.
+    without = run_plan(dataclasses.replace(config, policies=("vllm-priority", "rps"), one_server=True))
+    assert "(vllm_model-vllm-priority, vllm_model-rps, vllm_model-fcfs)" in without[1]
+    given = run_plan(
+        dataclasses.replace(config, policies=("vllm-priority", "rps"), one_server=True, rates=(1.0,))
+    )
+    assert "(vllm_model-vllm-priority, vllm_model-rps)" in given[1]
 
 
 def test_the_time_ahead_follows_the_measured_rate() -> None:
