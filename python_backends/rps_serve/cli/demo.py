@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         )
         records, ratios = load.pooled_records(), load.ratios
         print(ttft_table(records))
-        print(ratio_table(ratios))
+        print(ratio_table(ratios, load.candidate))
         for line in [*target_lines(load, config.repository, config.mix), *fit_lines(load, config.repository)]:
             print(line)
         analysis = load.analysis()

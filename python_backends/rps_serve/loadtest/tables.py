@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rps_serve.comparison import HEADLINE_METRICS, Ratio
-from rps_serve.loadtest.demo_analysis import CANDIDATE
 from rps_serve.loadtest.run_analysis import STAGES, TOKEN_PARTS
 from rps_serve.metrics import RequestRecords, grouped_metrics
 from rps_serve.requests import Modality, RequestClass
@@ -62,7 +61,7 @@ def stage_table(stages: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str = CANDIDATE) -> str:
+def ratio_table(ratios: dict[str, dict[str, Ratio]], candidate: str) -> str:
     """Each headline metric (a row), `candidate` over each baseline (a column) with its 95% interval
     over n seeds, "=" where the interval includes 1 (no difference measured); then why a ratio was not
     measured, and the first metric's ratio in each seed alone."""

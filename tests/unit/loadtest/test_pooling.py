@@ -95,7 +95,7 @@ def test_the_ratio_table_shows_each_interval_and_marks_those_that_include_one() 
         fcfs.append(_records(text, video))
         rps.append(_records(text / 2, video * rng.uniform(0.9, 1.1, 40)))  # text twice as fast
     ratios = ratio_rows({"fcfs": fcfs, "rps": rps}, "rps")
-    table = ratio_table(ratios)
+    table = ratio_table(ratios, "rps")
     rows = {line[:22].strip(): line for line in table.splitlines()}
     text_p90 = ratios["fcfs"]["text P90 TTFT"]
     assert str(text_p90) in rows["text P90 TTFT"] and text_p90.verdict() == "faster"
@@ -107,7 +107,7 @@ def test_the_ratio_table_shows_each_interval_and_marks_those_that_include_one() 
     assert rows["video P99 TTFT"].split()[-2:] == ["not", "measured"]
     assert "not measured, video P99 TTFT: seed 0: 16 values, video P99 TTFT needs 300" in table
     assert "rps / fcfs text P90 TTFT, each seed alone: 0.50x, 0.50x, 0.50x" in table
-    assert ratio_table({}) == ""
+    assert ratio_table({}, "rps") == ""
 
 
 def test_targets_are_met_only_where_the_whole_interval_is(tmp_path: Path) -> None:
