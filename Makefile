@@ -89,7 +89,7 @@ model-repository: $(ONNX)
 # intervals over seeds, where the time went (15 to 17 minutes on 2 cores). `make compare` adds stock
 # priority over our classes and the other workloads.
 demo: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(BIN)/rps-serve demo --one-server --mix cost-vs-modality --policies fcfs,modality-priority,rps \
+	$(BIN)/rps-serve demo --one-server --mix cost-vs-modality --policies fcfs,modality-priority,headroom \
 		--load-fraction 0.9 --calibrate-s 30 --probes 3 --probe-s 45 --requests 120 --repeats 5 \
 		--warm-up 0.3 --out $(OUT)/demo
 
@@ -158,7 +158,7 @@ microbench: setup
 #   then the drain), every run's longest video wait against RPS's starvation bound;
 # - compare-kv: mixed-iii at 0.9x with a KV cache of 96 blocks of 128 tokens (12,288 tokens: a few
 #   videos and long texts fill it), where RPS may evict a running rock for sand and stock vLLM may not.
-COMPARE_POLICIES ?= fcfs,vllm-priority,modality-priority,rps
+COMPARE_POLICIES ?= fcfs,vllm-priority,modality-priority,headroom
 COMPARE_REPEATS ?= 3
 COMPARE_LOADS ?= 0.6,0.9
 COMPARE_MIXES ?= mixed-iii cost-vs-modality
@@ -171,10 +171,10 @@ compare-mixes: setup $(TINY_MODEL)/config.json $(ONNX)
 			--out $(OUT)/compare/$$mix || exit 1; \
 	done
 compare-overload: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(COMPARE) --mix mixed-iii --load-fraction 1.3 --requests 240 --policies fcfs,modality-priority,rps \
+	$(COMPARE) --mix mixed-iii --load-fraction 1.3 --requests 240 --policies fcfs,modality-priority,headroom \
 		--out $(OUT)/compare/overload
 compare-kv: setup $(TINY_MODEL)/config.json $(ONNX)
-	$(COMPARE) --mix mixed-iii --load-fraction 0.9 --policies vllm-priority,modality-priority,rps \
+	$(COMPARE) --mix mixed-iii --load-fraction 0.9 --policies vllm-priority,modality-priority,headroom \
 		--engine-args '{"num_gpu_blocks_override": $(COMPARE_KV_BLOCKS)}' --out $(OUT)/compare/kv-pressure
 
 # docs/results/README.md, the page of every recorded claim, from the records in docs/results/runs/ (a

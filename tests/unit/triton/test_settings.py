@@ -28,7 +28,7 @@ def test_the_shipped_settings_point_into_the_checkout(repository: Path) -> None:
     settings = load_settings(repository, {"RPS_MODEL": "../model"})
     assert settings.model == repository.parent / "model"
     assert settings.cost_model == repository
-    assert settings.policy is Policy.RPS
+    assert settings.policy is Policy.HEADROOM
     kwargs = settings.engine_kwargs()
     assert kwargs["scheduler_cls"].endswith("RPSScheduler")
     assert kwargs["model"] == str(repository.parent / "model")
