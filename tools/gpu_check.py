@@ -60,7 +60,7 @@ def _table(args: argparse.Namespace) -> None:
     print(f"steady state of {seeds} paired run(s) per policy")
     print(ttft_table({policy: concatenate_records(records) for policy, records in steady_runs.items()}))
     if CANDIDATE in steady_runs and len(steady_runs) > 1:
-        print(ratio_table(ratio_rows(runs, CANDIDATE)))
+        print(ratio_table(ratio_rows(runs, CANDIDATE), CANDIDATE))
     for policy, records in runs.items():
         completed = sum(int(r.completed.sum()) for r in records)
         print(f"{policy}: {completed}/{sum(len(r.ttft) for r in records)} requests completed")

@@ -124,7 +124,7 @@ class PolicyRow:
 _TWICE = math.log(2.0)
 # The bounded order's wait bound, in multiples of a class's isolated TTFT: a rock (isolated P99 TTFT
 # 1.58 s on the paper's H100) goes first after 32 s, about when the paper's aging lets it outrank
-# fresh sand (33 s at boost 3); chosen on the simulator's policy table (docs/decisions.md).
+# fresh sand (33 s at boost 3). Set so before any run; it lost on the policy table (docs/decisions.md).
 WAIT_BOUND_SLOWDOWN = 20.0
 # The KV headroom a heavier class's admission leaves: chosen on the policy table (docs/decisions.md).
 KV_RESERVE = 0.05
