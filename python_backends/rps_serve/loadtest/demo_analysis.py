@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rps_serve.loadtest.demo import PolicyRun
 
 
-CANDIDATE = "rps"  # the shipped policy: the candidate where a run has none of its own
+CANDIDATE = "rps"  # the paper's policy: the candidate where every policy of a run is stock
 
 
 def candidate_of(policies: Iterable[str]) -> str:

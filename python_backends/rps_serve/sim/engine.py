@@ -268,7 +268,7 @@ class Engine:
             self.queues.score(self._level[request], self._arrival[request]),
             self._arrival[request],
             int(self.preemptions[request]),
-            self._prompt[request] + int(self.generated[request]),
+            self._known_tokens(request),
         )
         position = self.rule.victim_position(
             waiting,
@@ -296,7 +296,7 @@ class Engine:
                 break
             if request in evicted:
                 break  # evicted in this step: not rescheduled in the same step, as in vLLM
-            chunk = self._chunk(self._prompt[request] + int(self.generated[request]), budget)
+            chunk = self._chunk(self._known_tokens(request), budget)
             if self._visual[request] > encoder_budget:
                 break
             if seqs >= config.max_num_seqs:
@@ -329,9 +329,12 @@ class Engine:
     def _admits(self, request: int) -> bool:
         """The policy's KV headroom (`scheduling.admission`) lets `request` start now."""
         config = self.config
-        tokens = self._prompt[request] + int(self.generated[request])
-        level = self._level[request]
+        tokens, level = self._known_tokens(request), self._level[request]
         return admits(level, tokens, self.free_blocks, config.num_blocks, config.block_size, self._kv_reserve)
+
+    def _known_tokens(self, request: int) -> int:
+        """Prompt and generated tokens: what a waiting request computes (vLLM's `num_tokens`)."""
+        return self._prompt[request] + int(self.generated[request])
 
     def _step_chunk_limit(self) -> int:
         """The step's prefill chunk limit, decided as the vLLM plug-in decides it: from the best waiting
