@@ -177,10 +177,12 @@ compare-kv: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(COMPARE) --mix mixed-iii --load-fraction 0.9 --policies vllm-priority,modality-priority,headroom \
 		--engine-args '{"num_gpu_blocks_override": $(COMPARE_KV_BLOCKS)}' --out $(OUT)/compare/kv-pressure
 
-# docs/results/README.md, the page of every recorded claim, from the records in docs/results/runs/ (a
-# demo's or a comparison's claims.json, copied there as it was written).
+# docs/results/README.md, every claim's latest run on one screen, and docs/results/log.md, every recorded
+# run, from the records in docs/results/runs/ (a demo's or a comparison's claims.json, copied there as
+# it was written).
 claims: setup
-	$(BIN)/rps-serve claims $(sort $(wildcard docs/results/runs/*.json)) --out docs/results/README.md
+	$(BIN)/rps-serve claims $(sort $(wildcard docs/results/runs/*.json)) --out docs/results/README.md \
+		--log docs/results/log.md
 
 # Real vLLM engine on CPU, FCFS, vLLM priority and RPS interleaved (about 15 minutes on 2 cores), then scheduler
 # overhead.

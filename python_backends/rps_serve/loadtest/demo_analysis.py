@@ -35,10 +35,18 @@ TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {
         ("fcfs", "TPOT mean", 1.0),
         ("modality-priority", "sand P90 TTFT", 0.9),
     ),
-    "cost-vs-modality": (
-        ("modality-priority", "short-text P90 TTFT", 0.6),
-        ("vllm-priority", "short-text P90 TTFT", 0.8),
-        ("modality-priority", "normalized latency mean", 0.85),
+    "cost-vs-modality": (("modality-priority", "normalized latency mean", 0.85),),
+}
+# Targets taken back, per mix (baseline, metric): why, as the claims page states it. A withdrawn
+# target is no longer judged by new runs; its earlier records stay, shown as withdrawn.
+WITHDRAWN: dict[str, dict[tuple[str, str], str]] = {
+    "cost-vs-modality": dict.fromkeys(
+        [("modality-priority", "short-text P90 TTFT"), ("vllm-priority", "short-text P90 TTFT")],
+        "the demo's runs of 120 requests have about 24 short texts in their measured window (30% to "
+        "90% of the arrivals) and a P90 needs 30 a seed, so no run since the window moved (5 December "
+        "2026) could measure it; 150 requests a run would add a quarter to runs that already fill the "
+        "demo's 15 minutes, and pooling seeds would leave no interval over runs. Withdrawn on 6 December "
+        "2026, neither met nor missed.",
     ),
 }
 # Paired runs whose machine speed (`run_speed`) differs by more than this are named (and nothing

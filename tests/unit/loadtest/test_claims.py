@@ -1,15 +1,25 @@
-"""The record of a comparison's claims and the page generated from the records."""
+"""The record of a comparison's claims and the two pages generated from the records."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from rps_serve.cli import claims as claims_cli
 from rps_serve.comparison import ratio_rows
-from rps_serve.loadtest.claims import claim_record, claims_page, commit_of, vector_extension
+from rps_serve.loadtest.claims import (
+    PAGE_LINES,
+    claim_record,
+    claims_page,
+    commit_of,
+    log_page,
+    vector_extension,
+)
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
 from tests.checkout import CHECKOUT
@@ -33,24 +43,34 @@ def _runs(text_scale: float, seeds: int = 3) -> list[RequestRecords]:
     return runs
 
 
-def _summary(recorded_rps: float) -> dict:
-    ratios = ratio_rows({"fcfs": _runs(1.0), "rps": _runs(recorded_rps)}, "rps")
+TEXT_P90_TARGET = ("target rps / fcfs text P90 TTFT <= 0.75x",)
+
+
+def _summary(recorded_rps: float, targets: tuple[str, ...] = TEXT_P90_TARGET) -> dict:
+    ratios = ratio_rows({"fcfs": _runs(1.0), "vllm-priority": _runs(1.0), "rps": _runs(recorded_rps)}, "rps")
     tally = {"sent": 600, "completed": 600, "refused": 0, "failed": 0, "lost": 0}
     return {
         "plan": ["plan, fixed before the first run: 3 seeds"],
-        "config": {"mix": "cost-vs-modality", "policies": ["fcfs", "rps"], "repeats": 3, "requests": 200},
+        "config": {
+            "mix": "cost-vs-modality",
+            "policies": ["fcfs", "vllm-priority", "rps"],
+            "repeats": 3,
+            "requests": 200,
+        },
         "open_loop": {"described": "2.00 req/s open loop, below 2.50"},
         "loads": [
             {
                 "rate": 1.8,
                 "fraction": 0.9,
                 "capacity_bracketed": True,
-                "results": {"fcfs": {"requests": tally}, "rps": {"requests": tally}},
+                "results": {p: {"requests": tally} for p in ("fcfs", "vllm-priority", "rps")},
                 "rps_ratios": {
                     b: {m: {**asdict(r), "verdict": r.verdict()} for m, r in row.items()}
                     for b, row in ratios.items()
                 },
-                "targets": ["target rps / fcfs text P90 TTFT <= 0.75x: 0.50x [0.45, 0.55] n=3 met"],
+                # as demo_report.target_lines writes them: the ratio after the colon is not read back
+                "targets": [f"{target}: ..." for target in targets]
+                + ["rps: longest video TTFT per run (s): 1.0"],
             }
         ],
     }
@@ -80,24 +100,87 @@ def test_the_machine_names_its_widest_vector_extension() -> None:
     assert vector_extension(["flags\t\t: fpu sse2"]) == vector_extension([]) == "none"
 
 
-def test_the_page_shows_every_ratio_with_its_interval_and_n_newest_first() -> None:
-    older = claim_record(_summary(0.5), "rps", ["rps-serve", "demo"]) | {"recorded": "2026-12-01 10:00 UTC"}
-    newer = claim_record(_summary(1.0), "rps", ["rps-serve", "demo"]) | {"recorded": "2026-12-04 10:00 UTC"}
-    page = claims_page([older, newer])
+def _record(
+    recorded_rps: float, when: str, command: str = "demo", targets: tuple[str, ...] = TEXT_P90_TARGET
+) -> dict:
+    summary = _summary(recorded_rps, targets)
+    return claim_record(summary, "rps", ["rps-serve", *shlex.split(command)]) | {"recorded": when}
+
+
+def test_the_log_shows_every_ratio_with_its_interval_and_n_newest_first() -> None:
+    older = _record(0.5, "2026-12-01 10:00 UTC")
+    newer = _record(1.0, "2026-12-04 10:00 UTC")
+    page = log_page({"runs/older.json": older, "runs/newer.json": newer})
     assert page.index("2026-12-04 10:00 UTC") < page.index("2026-12-01 10:00 UTC")
     newer_row, older_row = [line for line in page.splitlines() if line.startswith("| text P90 TTFT |")]
-    assert older_row == "| text P90 TTFT | 0.50x [0.50, 0.50] n=3 |"
-    assert newer_row == "| text P90 TTFT | 1.00x [1.00, 1.00] n=3 = |"  # identical runs: no difference
+    assert older_row == "| text P90 TTFT | 0.50x [0.50, 0.50] n=3 | 0.50x [0.50, 0.50] n=3 |"
+    assert newer_row.startswith("| text P90 TTFT | 1.00x [1.00, 1.00] n=3 = |")  # identical runs
     assert "| video P99 TTFT | not measured (seed 0: " in page  # 20 videos a seed: P99 needs 300
     assert "- target rps / fcfs text P90 TTFT <= 0.75x" in page
     assert "fcfs 600/600 completed, 0 refused, 0 failed, 0 lost" in page
+    assert "record: [runs/newer.json](runs/newer.json)" in page
 
 
-def test_the_claims_page_is_what_its_command_writes() -> None:
-    records = sorted((RESULTS / "runs").glob("*.json"))
-    page = RESULTS / "README.md"
-    expected = claims_page([json.loads(path.read_text()) for path in records])
-    assert page.read_text() == expected, "regenerate it: make claims"
+def test_the_claims_page_holds_each_claims_latest_run_in_one_row() -> None:
+    older = _record(0.5, "2026-12-01 10:00 UTC")
+    newer = _record(1.0, "2026-12-04 10:00 UTC")
+    smaller_cache = _record(
+        0.5, "2026-12-02 10:00 UTC", "demo --engine-args '{\"num_gpu_blocks_override\": 96}'"
+    )
+    page = claims_page({"runs/older.json": older, "runs/newer.json": newer, "runs/kv.json": smaller_cache})
+    rows = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
+    assert rows == [
+        "| cost-vs-modality at 0.9x | rps / fcfs | text P90 TTFT | <= 0.75x | 1.00x [1.00, 1.00] | 3 "
+        "| not met | [2026-12-04 10:00](runs/newer.json) | c1 |",
+        "| cost-vs-modality at 0.9x, num_gpu_blocks_override 96 | rps / fcfs | text P90 TTFT | <= 0.75x "
+        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-02 10:00](runs/kv.json) | c2 |",
+    ]
+    assert "- c2: `rps-serve demo --engine-args '{\"num_gpu_blocks_override\": 96}'`" in page
+    assert "[the run log](log.md)" in page
+
+
+def test_a_withdrawn_target_says_why_and_a_refused_one_says_why_not() -> None:
+    targets = (
+        "target rps / vllm-priority short-text P90 TTFT <= 0.8x",  # withdrawn for cost-vs-modality
+        "target rps / fcfs video P99 TTFT <= 0.9x",
+    )
+    page = claims_page({"runs/run.json": _record(0.5, "2026-12-06 10:00 UTC", targets=targets)})
+    refused, withdrawn = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
+    assert "| short-text P90 TTFT | <= 0.8x | (seed 0: 0 values, " in withdrawn
+    assert withdrawn.endswith("| 3 | withdrawn | [2026-12-06 10:00](runs/run.json) | c1 |")
+    assert "values, video P99 TTFT needs 300) | 3 | not measured |" in refused
+    assert "- cost-vs-modality at 0.9x, short-text P90 TTFT against vllm-priority: the demo's runs" in page
+
+
+def test_the_command_writes_both_pages_linked_to_each_other_and_the_records(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    record = tmp_path / "runs" / "run.json"
+    record.write_text(json.dumps(_record(0.5, "2026-12-06 10:00 UTC")))
+    out = tmp_path / "README.md"
+    claims_cli.run(argparse.Namespace(records=[record], out=out, log=None))
+    assert "[the run log](log.md)" in out.read_text()
+    assert "](runs/run.json)" in out.read_text()
+    log = (tmp_path / "log.md").read_text()
+    assert "[The claims page](README.md)" in log and "record: [runs/run.json](runs/run.json)" in log
+
+
+def _committed_records() -> dict[str, dict]:
+    """The records as `make claims` links them from the pages beside runs/."""
+    return {
+        f"runs/{path.name}": json.loads(path.read_text())
+        for path in sorted((RESULTS / "runs").glob("*.json"))
+    }
+
+
+def test_both_pages_are_what_their_command_writes() -> None:
+    records = _committed_records()
+    assert (RESULTS / "README.md").read_text() == claims_page(records), "regenerate it: make claims"
+    assert (RESULTS / "log.md").read_text() == log_page(records), "regenerate it: make claims"
+
+
+def test_the_claims_page_fits_one_screen() -> None:
+    lines = (RESULTS / "README.md").read_text().splitlines()
+    assert len(lines) <= PAGE_LINES, f"{len(lines)} lines: the claims page holds one row per claim, no more"
 
 
 def test_outside_a_checkout_the_commit_is_unknown(tmp_path: Path) -> None:
