@@ -21,6 +21,7 @@ from typing import Any
 
 from rps_serve.comparison import HEADLINE_METRICS, Ratio
 from rps_serve.loadtest.demo_analysis import WITHDRAWN
+from rps_serve.workload.content import TRACE_TEXTS
 
 # The claims page fits one screen: one row per claim, the run-by-run detail on the log page.
 PAGE_LINES = 60
@@ -123,6 +124,7 @@ def claim_record(
         "capacity": (summary.get("open_loop") or {}).get("described"),
         "plan": summary.get("plan", []),
         "candidate": candidate,
+        "trace_texts": TRACE_TEXTS,
         "loads": [
             {
                 "rate": load["rate"],
@@ -139,6 +141,18 @@ def claim_record(
 
 def write_record(record: Mapping[str, Any], path: Path) -> None:
     path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+# Records made before `trace_texts` sent filler words planned at 1.1 tokens a word that took ~1.48 of
+# the tiny model's tokenizer's: each text ~1.34x its trace's tokens (and the demo's documents up to
+# 6,100 tokens where its limit said 4,500).
+WORD_TRACE_TEXTS = "words"
+
+
+def trace_texts(record: Mapping[str, Any]) -> str:
+    """How the request texts of a record's runs were sized: `TRACE_TEXTS` (as many tokens on the served
+    tokenizer as the trace gives), or `WORD_TRACE_TEXTS` for a record made before the field."""
+    return str(record.get("trace_texts", WORD_TRACE_TEXTS))
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,7 @@ from rps_serve.workload.source import SyntheticWorkload
 
 logger = logging.getLogger(__name__)
 # Short answers keep the demo to a few minutes on two cores. Texts keep up to 4,500 of the trace's
-# tokens, a whole document; the filler words take about 1.5 of the tiny model's tokens each, not the
-# 1.1 the content plan assumes, so that is some 6,100 tokens, within the 8,192-token context.
+# tokens, a whole document, within the 8,192-token context with its chat turn.
 DEMO_MAX_OUTPUT_TOKENS = 32
 DEMO_CONTENT = ContentLimits(max_text_tokens=4500, max_output_tokens=DEMO_MAX_OUTPUT_TOKENS)
 CAPACITY_SEED_OFFSET = 104729  # calibration content shares nothing with the replays' (no cache hits)

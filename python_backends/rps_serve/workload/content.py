@@ -1,5 +1,11 @@
 """What a replayed trace request holds on a served model: one policy for the Triton load client and
-the in-process vLLM replay, so both send the same words, media and output lengths for a trace."""
+the in-process vLLM replay, so both send the same words, media and output lengths for a trace.
+
+A trace's text tokens (prompt tokens less modality tokens) count the request's text alone, as a
+dataset counts a question: each text is exactly that many tokens on the served model's tokenizer.
+The engine's prompt adds the served chat turn's tokens and the served media's placeholders
+(`ContentPlan.served_trace`).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +24,9 @@ from rps_serve.workload.trace import Trace
 
 _KINDS = list(RequestKind)
 
-TOKENS_PER_WORD = 1.1  # filler words, tiny model tokenizer (measured by `rps-serve profile`)
+# How `ContentPlan.contents` sizes texts, as a run's record names it (`loadtest.claims.trace_texts`):
+# words that are one token each on the served tokenizer, as many as the trace's text tokens.
+TRACE_TEXTS = "tokens"
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class RequestContent:
 @dataclass(frozen=True)
 class ContentPlan:
     """Per trace row: request kind (its index), modality, text tokens asked for, placeholder tokens of
-    its media, output tokens.
+    its media, output tokens, and the tokens the served chat turn adds.
 
     Images and videos are always the served format's media for their kind, so their placeholder tokens
     are what the model's processor makes of them, not the trace's.
@@ -67,23 +75,22 @@ class ContentPlan:
     text_tokens: np.ndarray
     visual_tokens: np.ndarray
     output_tokens: np.ndarray
-
-    @property
-    def words(self) -> np.ndarray:
-        return np.maximum(1, (self.text_tokens / TOKENS_PER_WORD).astype(np.int64))
+    turn_tokens: np.ndarray
 
     def served_trace(self, trace: Trace) -> Trace:
-        """`trace` with the token counts the served model sees (approximately, for text)."""
+        """`trace` with the token counts the engine sees: the prompt's text, its chat turn and its
+        media's placeholders; the outputs within the limits."""
         return Trace(
             arrival_s=trace.arrival_s,
             kind=trace.kind,
-            prompt_tokens=self.text_tokens + self.visual_tokens,
+            prompt_tokens=self.text_tokens + self.turn_tokens + self.visual_tokens,
             modality_tokens=self.visual_tokens,
             output_tokens=self.output_tokens,
         )
 
     def contents(self, served: RequestFormat, seed: int) -> Iterator[RequestContent]:
-        """Fresh filler text and random pixels for every row: no two requests share a prefix or an image."""
+        """Fresh filler text of the planned tokens and random pixels for every row: no two requests
+        share a prefix or an image."""
         text_rng = random.Random(seed)
         pixels = np.random.default_rng(seed)
         media = served.media
@@ -95,7 +102,8 @@ class ContentPlan:
                 image = random_image(medium.size, medium.size, pixels)
             elif medium is not None:
                 video = random_video(medium.frames, medium.size, medium.size, pixels)
-            prompt = served.prompt(filler_text(int(self.words[row]), text_rng), modality)
+            text = filler_text(int(self.text_tokens[row]), text_rng, served.filler_words)
+            prompt = served.prompt(text, modality)
             yield RequestContent(modality, prompt, image, video, int(self.output_tokens[row]))
 
 
@@ -105,4 +113,7 @@ def plan_content(trace: Trace, served: RequestFormat, limits: ContentLimits) -> 
     text = np.clip(trace.prompt_tokens - trace.modality_tokens, 1, limits.max_text_tokens)
     high = np.iinfo(np.int64).max if limits.max_output_tokens is None else limits.max_output_tokens
     output = np.clip(trace.output_tokens, limits.min_output_tokens, high)
-    return ContentPlan(trace.kind, trace.modality, text.astype(np.int64), visual, output.astype(np.int64))
+    turn = np.array([served.turn_tokens[Modality.from_index(int(m))] for m in trace.modality], dtype=np.int64)
+    return ContentPlan(
+        trace.kind, trace.modality, text.astype(np.int64), visual, output.astype(np.int64), turn
+    )

@@ -15,6 +15,7 @@ from typing import Any
 
 from rps_serve.model_processor import load_processor, placeholder_tokens, user_turn
 from rps_serve.requests import Modality
+from rps_serve.workload.prompts import one_token_words
 from rps_serve.workload.shapes import RequestKind
 
 MEDIA_FILE = (
@@ -80,11 +81,16 @@ class MediaShape:
 @dataclass(frozen=True)
 class RequestFormat:
     """`turns`: per modality, what the chat template writes before and after a user turn's text;
-    `placeholders`: per request kind, the placeholder tokens of its medium in `media` (0 for text)."""
+    `placeholders`: per request kind, the placeholder tokens of its medium in `media` (0 for text);
+    `turn_tokens`: per modality, the prompt tokens the turn adds to its text and placeholders (the
+    medium's one marker token gives way to the placeholders); `filler_words`: words that are one
+    token each on the model's tokenizer, so that a filler text of n of them is n tokens."""
 
     turns: Mapping[Modality, tuple[str, str]]
     placeholders: Mapping[RequestKind, int]
     media: MediaShape
+    turn_tokens: Mapping[Modality, int]
+    filler_words: tuple[str, ...]
 
     @classmethod
     def of_model(cls, model: Path, media: MediaShape | None = None, processor: Any = None) -> RequestFormat:
@@ -103,11 +109,14 @@ class RequestFormat:
         placeholders = dict.fromkeys(RequestKind, 0)
         placeholders.update(zip(images, image_tokens, strict=True))
         placeholders.update(zip(videos, video_tokens, strict=True))
-        return cls(
-            turns={modality: user_turn(processor, modality) for modality in Modality},
-            placeholders=placeholders,
-            media=media,
-        )
+        turns = {modality: user_turn(processor, modality) for modality in Modality}
+        tokenizer = processor.tokenizer
+        turn_tokens = {
+            modality: len(tokenizer(before + after, add_special_tokens=False)["input_ids"])
+            - (modality is not Modality.TEXT)
+            for modality, (before, after) in turns.items()
+        }
+        return cls(turns, placeholders, media, turn_tokens, one_token_words(tokenizer))
 
     def prompt(self, text: str, modality: Modality) -> str:
         """One user turn with `text` and, for image and video, the medium's placeholder."""

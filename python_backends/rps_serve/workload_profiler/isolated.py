@@ -29,7 +29,8 @@ from rps_serve.workload_profiler.plan import ProfileItem, ProfilePlan
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MODEL_LEN = 8192  # where the served engine arguments leave it to the model
-# Filler words take 1.1-1.3 tokens each, a chat turn a few dozen: bounds for `fits`.
+# Filler pseudo-words take about 1.5 tokens each on the tiny models' tokenizer, a chat turn a few
+# dozen: bounds for `fits` (the profile records the engine's own counts).
 TOKENS_PER_WORD_BOUND = 2
 TURN_TOKENS_BOUND = 64
 

@@ -18,10 +18,12 @@ from rps_serve.loadtest.claims import (
     claims_page,
     commit_of,
     log_page,
+    trace_texts,
     vector_extension,
 )
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
+from rps_serve.workload.content import TRACE_TEXTS
 from tests.checkout import CHECKOUT
 
 RESULTS = CHECKOUT / "docs" / "results"
@@ -84,6 +86,13 @@ def test_the_record_names_where_when_and_how() -> None:
     assert record["seeds"] == 3 and record["mix"] == "cost-vs-modality"
     (load,) = record["loads"]
     assert load["ratios"]["fcfs"]["text P90 TTFT"]["verdict"] == "faster"
+
+
+def test_a_record_says_how_its_texts_were_sized_and_older_ones_read_as_word_texts() -> None:
+    """Texts have their trace's tokens since `trace_texts` was recorded; the runs recorded before sent
+    texts ~1.34x longer, and are told apart by the field's absence."""
+    assert trace_texts(claim_record(_summary(0.5), "rps", ["rps-serve"])) == TRACE_TEXTS == "tokens"
+    assert trace_texts({"recorded": "2026-12-06 01:36 UTC"}) == "words"
 
 
 def test_the_machine_names_its_widest_vector_extension() -> None:

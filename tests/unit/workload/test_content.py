@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,8 +11,10 @@ from rps_serve.cost.model import ModalityClasses
 from rps_serve.engine_ab.async_llm_replay import build_requests as engine_requests
 from rps_serve.loadtest.replay import build_requests as triton_requests
 from rps_serve.requests import Modality
+from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.mixes import mix_by_name
+from rps_serve.workload.prompts import one_token_words
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, generate_trace
@@ -45,7 +49,7 @@ def test_media_placeholders_are_the_models_not_the_traces(trace: Trace, qwen_for
         assert (by_kind.visual_tokens[mixed.kind == index] == qwen_format.placeholder_tokens(kind)).all()
     served = plan.served_trace(trace)
     assert np.array_equal(served.modality_tokens, plan.visual_tokens)
-    assert np.array_equal(served.prompt_tokens, plan.text_tokens + plan.visual_tokens)
+    assert np.array_equal(served.prompt_tokens, plan.text_tokens + plan.turn_tokens + plan.visual_tokens)
     assert np.array_equal(served.arrival_s, trace.arrival_s)
 
 
@@ -62,13 +66,57 @@ def test_contents_are_fresh_per_seed_and_reproducible(trace: Trace, qwen_format:
         assert content.max_tokens == plan.output_tokens[row]
         assert (content.image is not None) == (content.modality is Modality.IMAGE)
         assert (content.video is not None) == (content.modality is Modality.VIDEO)
-        # About TOKENS_PER_WORD tokens a word: the word count follows the planned tokens.
-        assert len(content.prompt.split()) >= plan.words[row]
     image = next(c.image for c in first if c.image is not None)
     video = next(c.video for c in first if c.video is not None)
     media = qwen_format.media
     assert image.shape == (media.image_size, media.image_size, 3)
     assert video.shape == (media.video_frames, media.video_size, media.video_size, 3)
+
+
+# From one token to a whole document, across the seeds' draws of words.
+PLANNED_TEXT_TOKENS = (1, 2, 3, 8, 40, 200, 1023, 1300, 3600, 4500)
+
+
+@pytest.mark.parametrize("family", ["tiny_qwen", "tiny_llava"])
+def test_texts_are_the_trace_s_tokens_and_prompts_the_served_trace_s(
+    family: str, request: pytest.FixtureRequest
+) -> None:
+    """On the served model's tokenizer a text is exactly its trace's text tokens (tolerance 0), and the
+    prompt, counted as `preprocess` counts it for vLLM, exactly its served trace's prompt tokens."""
+    model: Path = request.getfixturevalue(family)
+    served = RequestFormat.of_model(model)
+    counter = PromptTokenCounter(model)
+    kinds = [RequestKind.SHORT_TEXT, RequestKind.IMAGE, RequestKind.THUMBNAIL, RequestKind.CLIP]
+    rows = [(kind, tokens) for kind in kinds for tokens in PLANNED_TEXT_TOKENS]
+    visual = np.array([served.placeholder_tokens(kind) for kind, _ in rows])
+    trace = Trace(
+        arrival_s=np.arange(len(rows), dtype=np.float64),
+        kind=np.array([list(RequestKind).index(kind) for kind, _ in rows]),
+        prompt_tokens=np.array([tokens for _, tokens in rows]) + visual,
+        modality_tokens=visual,
+        output_tokens=np.full(len(rows), 4),
+    )
+    plan = plan_content(trace, served, ContentLimits(max_text_tokens=4500))
+    served_trace = plan.served_trace(trace)
+    tokenizer = counter.processor.tokenizer
+    for seed in (0, 1):
+        for row, content in enumerate(plan.contents(served, seed)):
+            before, after = served.turns[content.modality]
+            text = content.prompt.removeprefix(before).removesuffix(after)
+            assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == rows[row][1]
+            images = [] if content.image is None else [content.image.shape[:2]]
+            video = None if content.video is None else content.video.shape[:3]
+            counted = counter.count(content.prompt, images, video)
+            assert counted.prompt_tokens == served_trace.prompt_tokens[row]
+            assert counted.placeholder_tokens == served_trace.modality_tokens[row]
+
+
+def test_a_tokenizer_that_keeps_few_filler_words_whole_is_refused() -> None:
+    def by_character(texts: list[str], add_special_tokens: bool) -> dict[str, list[list[str]]]:
+        return {"input_ids": [list(text) for text in texts]}
+
+    with pytest.raises(ValueError, match="only 0 of the filler's candidate words"):
+        one_token_words(by_character)
 
 
 def test_both_replays_send_the_same_content(trace: Trace, qwen_format: RequestFormat) -> None:
