@@ -14,9 +14,12 @@ Triton model, so the model measures what it can see for each request, whose clas
 - `rps_preemptions_total`: the engine's preemptions of the class's requests (vLLM reports them per
   request in `RequestOutput.metrics`), counted when the request ends;
 - `rps_cancelled_total`: requests the client cancelled mid-flight, aborted in the engine.
-Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks), except two with the
-label `model` only: `rps_kv_cache_usage`, the engine's KV-cache usage (0-1) after its latest step, as
-vLLM's scheduler reports it, so a drained engine reads 0 unless blocks leaked; and
+Every metric carries the labels `model` and `rps_class` (sand, pebbles, rocks), except those with the
+label `model` only: the engine's load after its latest step, as vLLM's scheduler reports it
+(`triton.engine_stats`), in the three gauges a router's endpoint picker reads from each replica
+(`ENGINE_LOAD_GAUGES`, named after vLLM's own; docs/deploy.md): `rps_num_requests_waiting` and
+`rps_num_requests_running`, the engine's waiting and running requests, and `rps_kv_cache_usage`, its
+KV-cache usage (0-1), so that a drained engine reads 0, 0 and 0 unless blocks leaked;
 `rps_rejected_total`, requests refused unread because `max_pending_requests` were in flight; and the
 engine's own two (`triton.engine_supervisor`): `rps_engine_restarts_total`, the times the engine died
 and was restarted in place, and `rps_engine_up`, 1 while the engine can serve, 0 while it restarts or
@@ -25,11 +28,34 @@ after it could not.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rps_serve.requests import RequestClass
 
 WAIT_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
+
+QUEUE_DEPTH = "rps_queue_depth"
+WAITING_REQUESTS = "rps_num_requests_waiting"
+RUNNING_REQUESTS = "rps_num_requests_running"
+KV_CACHE_USAGE = "rps_kv_cache_usage"
+# The engine's load as a router's endpoint picker reads it from each replica: one gauge each, label
+# `model` only, because a picker takes one series per metric rather than summing the classes.
+ENGINE_LOAD_GAUGES = (WAITING_REQUESTS, RUNNING_REQUESTS, KV_CACHE_USAGE)
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """The engine's load after a step: requests waiting (deferred ones included, as vLLM's own
+    `vllm:num_requests_waiting` counts them) and running, and the KV cache's usage (0-1)."""
+
+    waiting: int
+    running: int
+    kv_cache_usage: float
+
+    @property
+    def drained(self) -> bool:
+        return self.waiting == 0 and self.running == 0
 
 
 class ClassMetrics:
@@ -50,7 +76,7 @@ class ClassMetrics:
 
         self._requests = metrics("rps_requests_total", "Requests handed to the engine", family.COUNTER)
         self._queue = metrics(
-            "rps_queue_depth", "Requests in the engine waiting for their first token", family.GAUGE
+            QUEUE_DEPTH, "Requests in the engine waiting for their first token", family.GAUGE
         )
         self._wait_total = metrics(
             "rps_wait_seconds_total", "Seconds from arrival to first token, summed", family.COUNTER
@@ -82,11 +108,15 @@ class ClassMetrics:
         self._cancelled = metrics(
             "rps_cancelled_total", "Requests cancelled by the client and aborted", family.COUNTER
         )
-        kv_family = family(
-            name="rps_kv_cache_usage", description="KV cache usage after the latest step", kind=family.GAUGE
-        )
-        self._families.append(kv_family)
-        self._kv_usage = kv_family.Metric(labels={"model": model})
+
+        def gauge(name: str, description: str) -> Any:
+            created = family(name=name, description=description, kind=family.GAUGE)
+            self._families.append(created)
+            return created.Metric(labels={"model": model})
+
+        self._waiting = gauge(WAITING_REQUESTS, "Requests waiting in the engine after its latest step")
+        self._running = gauge(RUNNING_REQUESTS, "Requests running in the engine after its latest step")
+        self._kv_usage = gauge(KV_CACHE_USAGE, "KV cache usage (0-1) after the engine's latest step")
         rejected_family = family(
             name="rps_rejected_total",
             description="Requests refused because max_pending_requests were in flight",
@@ -123,7 +153,8 @@ class ClassMetrics:
         ):
             if series is not None:
                 series.clear()
-        del self._kv_usage, self._rejected, self._restarts, self._engine_up
+        del self._waiting, self._running, self._kv_usage
+        del self._rejected, self._restarts, self._engine_up
         self._families.clear()
 
     def admitted(self, cls: RequestClass) -> None:
@@ -140,8 +171,10 @@ class ClassMetrics:
         self._front_end_queue[cls].increment(queued_s)
         self._front_end_work[cls].increment(work_s)
 
-    def kv_cache_usage(self, fraction: float) -> None:
-        self._kv_usage.set(fraction)
+    def engine_load(self, load: EngineLoad) -> None:
+        self._waiting.set(load.waiting)
+        self._running.set(load.running)
+        self._kv_usage.set(load.kv_cache_usage)
 
     def rejected(self) -> None:
         self._rejected.increment(1)

@@ -1,5 +1,6 @@
-"""The vLLM stat logger of `vllm_model`: after every step, the engine's KV-cache usage to the model's
-metrics, and, with a run log (`triton.run_log`), the step's record."""
+"""The vLLM stat logger of `vllm_model`: after every step, the engine's load (requests waiting and
+running, KV-cache usage) to the model's metrics, and, with a run log (`triton.run_log`), the step's
+record."""
 
 from __future__ import annotations
 
@@ -9,22 +10,24 @@ from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
 
+from rps_serve.triton.class_metrics import EngineLoad
 from rps_serve.triton.run_log import RunLog
 
 
 class EngineStatsLogger(StatLoggerBase):
     """vLLM calls `record` with the scheduler's stats of each step (the step's details attached when
     the engine runs with `run_log.ITERATION_DETAILS_ARG`) and the outputs' iteration stats. Every
-    update of a Triton metric is a message to the server, so the usage goes out when it changes, at
-    most every `period_s`, and at once when it reaches 0 (a drained engine must read 0)."""
+    update of a Triton metric is a message to the server, so the load goes out when it changes, at
+    most every `period_s`, and at once when the engine drains or its KV usage reaches 0 (a drained
+    engine must read 0, and no later step may come to correct it)."""
 
     def __init__(
-        self, report: Callable[[float], None], run_log: RunLog | None, period_s: float = 0.5
+        self, report: Callable[[EngineLoad], None], run_log: RunLog | None, period_s: float = 0.5
     ) -> None:
         self._report = report
         self._run_log = run_log
         self._period_s = period_s
-        self._last: float | None = None
+        self._last: EngineLoad | None = None
         self._last_s = 0.0
 
     def record(
@@ -36,19 +39,25 @@ class EngineStatsLogger(StatLoggerBase):
     ) -> None:
         if scheduler_stats is None:
             return
-        usage, now = float(scheduler_stats.kv_cache_usage), time.monotonic()
-        if usage != self._last and (usage == 0.0 or now - self._last_s >= self._period_s):
-            self._report(usage)
-            self._last, self._last_s = usage, now
+        load = EngineLoad(
+            waiting=int(scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs),
+            running=int(scheduler_stats.num_running_reqs),
+            kv_cache_usage=float(scheduler_stats.kv_cache_usage),
+        )
+        now = time.monotonic()
+        settled = load.drained or load.kv_cache_usage == 0.0
+        if load != self._last and (settled or now - self._last_s >= self._period_s):
+            self._report(load)
+            self._last, self._last_s = load, now
         if self._run_log is not None:
             self._run_log.step(scheduler_stats, iteration_stats)
 
     def log_engine_initialized(self) -> None:
-        """Nothing to say: the gauge starts at 0."""
+        """Nothing to say: the gauges start at 0."""
 
 
 def engine_stats_logger(
-    report: Callable[[float], None], run_log: RunLog | None
+    report: Callable[[EngineLoad], None], run_log: RunLog | None
 ) -> Callable[[Any, int], StatLoggerBase]:
     """A per-engine factory for `AsyncLLM(stat_loggers=[...])`."""
     return lambda vllm_config, engine_index: EngineStatsLogger(report, run_log)

@@ -202,7 +202,7 @@ class TritonPythonModel:
 
         if self.run_log is not None:
             kwargs = {**kwargs, ITERATION_DETAILS_ARG: True}
-        logger_factory = engine_stats_logger(self.metrics.kv_cache_usage, self.run_log)
+        logger_factory = engine_stats_logger(self.metrics.engine_load, self.run_log)
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[logger_factory])
 
     async def _engine_started(self, engine: Any) -> None:
