@@ -29,6 +29,8 @@ INPUT_NAMES = (
     p.STREAM,
     p.SAMPLING_PARAMETERS,
     p.EXCLUDE_INPUT_IN_OUTPUT,
+    *map(p.return_flag, p.ADDITIONAL_OUTPUTS),
+    p.EMBEDDING_REQUEST,
 )
 SCALE = max(1, int(os.environ.get("RPS_FUZZ_EXAMPLES", "1")))
 

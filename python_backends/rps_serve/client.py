@@ -57,6 +57,8 @@ class Generation:
     sampling_parameters: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = True
     exclude_input_in_output: bool = True
+    # vllm_backend's additional outputs to ask for (`protocol.ADDITIONAL_OUTPUTS`), by output name
+    additional_outputs: tuple[str, ...] = ()
 
     def tensors(self) -> dict[str, np.ndarray]:
         def strings(*values: bytes) -> np.ndarray:
@@ -72,6 +74,10 @@ class Generation:
             tensors[p.IMAGE] = strings(*(base64.b64encode(image) for image in self.images))
         if self.video is not None:
             tensors[p.VIDEO] = strings(base64.b64encode(self.video))
+        for name in self.additional_outputs:
+            if name not in p.ADDITIONAL_OUTPUTS:
+                raise ValueError(f"{name!r} is not one of the additional outputs {p.ADDITIONAL_OUTPUTS}")
+            tensors[p.return_flag(name)] = np.array([True])
         return tensors
 
 

@@ -84,6 +84,30 @@ def ensemble_errors(configs: dict[str, mc.ModelConfig], ensemble: str) -> list[s
     return errors
 
 
+# NVIDIA vllm_backend's tensors (src/model.py, `_auto_complete_inputs_and_outputs`) as it declares them
+VLLM_BACKEND_INPUTS = {
+    "text_input": Tensor(mc.TYPE_STRING, (1,)),
+    "image": Tensor(mc.TYPE_STRING, (-1,)),
+    "stream": Tensor(mc.TYPE_BOOL, (1,)),
+    "sampling_parameters": Tensor(mc.TYPE_STRING, (1,)),
+    "exclude_input_in_output": Tensor(mc.TYPE_BOOL, (1,)),
+    "return_finish_reason": Tensor(mc.TYPE_BOOL, (1,)),
+    "return_cumulative_logprob": Tensor(mc.TYPE_BOOL, (1,)),
+    "return_logprobs": Tensor(mc.TYPE_BOOL, (1,)),
+    "return_num_input_tokens": Tensor(mc.TYPE_BOOL, (1,)),
+    "return_num_output_tokens": Tensor(mc.TYPE_BOOL, (1,)),
+    "embedding_request": Tensor(mc.TYPE_STRING, (1,)),
+}
+VLLM_BACKEND_OUTPUTS = {
+    "text_output": Tensor(mc.TYPE_STRING, (-1,)),
+    "finish_reason": Tensor(mc.TYPE_STRING, (-1,)),
+    "cumulative_logprob": Tensor(mc.TYPE_FP32, (-1,)),
+    "logprobs": Tensor(mc.TYPE_STRING, (-1,)),
+    "num_input_tokens": Tensor(mc.TYPE_UINT32, (1,)),
+    "num_output_tokens": Tensor(mc.TYPE_UINT32, (-1,)),
+}
+
+
 def test_the_repository_has_its_five_models() -> None:
     names = {path.parent.name for path in CONFIGS}
     assert names == {"preprocess", "impact_estimator", "request_classifier", "vllm_model", ENSEMBLE}
@@ -125,3 +149,15 @@ def test_the_ensemble_check_finds_broken_wiring() -> None:
     assert any("impact_estimator.features" in e and "[1, 2, 3]" in e for e in errors)
     assert any("vllm_model.rps_features" in e and "[1, 2, 3]" in e for e in errors)
     assert len(errors) == 5
+
+
+@pytest.mark.parametrize("model", [ENSEMBLE, "vllm_model"])
+def test_clients_of_vllm_backend_find_its_tensors(model: str) -> None:
+    """Each of vllm_backend's inputs and outputs, declared as there (each handled or refused by name:
+    docs/triton.md); its inputs optional but the prompt."""
+    config = load_repository(REPOSITORY)[model]
+    inputs, outputs = _tensors(config.input), _tensors(config.output)
+    assert {name: inputs.get(name) for name in VLLM_BACKEND_INPUTS} == VLLM_BACKEND_INPUTS
+    assert {name: outputs.get(name) for name in VLLM_BACKEND_OUTPUTS} == VLLM_BACKEND_OUTPUTS
+    required = {i.name for i in config.input if i.name in VLLM_BACKEND_INPUTS and not i.optional}
+    assert required <= {"text_input"}

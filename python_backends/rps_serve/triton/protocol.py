@@ -1,8 +1,10 @@
 """The request interface of the repository's models: tensor names, and parsing into a validated request.
 
 Inputs follow NVIDIA's vLLM backend (`text_input`, `image` as base64 strings, `stream`,
-`sampling_parameters` as JSON, `exclude_input_in_output`) and add `video` (base64 of a video file).
+`sampling_parameters` as JSON, `exclude_input_in_output`, the `return_*` flags of its additional
+outputs) and add `video` (base64 of a video file); its `embedding_request` is refused by name.
 Parsing takes a tensor getter, so the same code serves every model and runs without Triton in tests.
+docs/triton.md has the table of where the interface matches vllm_backend's and where it differs.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import binascii
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,8 @@ VIDEO = "video"
 STREAM = "stream"
 SAMPLING_PARAMETERS = "sampling_parameters"
 EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
+# vllm_backend's input for the embedding requests of its OpenAI-compatible front end; refused here
+EMBEDDING_REQUEST = "embedding_request"
 
 # preprocess outputs
 PROMPT = "prompt"
@@ -54,11 +58,30 @@ MAX_ASSESSED = 4096  # rows in one assessment
 
 # vllm_model / ensemble outputs
 TEXT_OUTPUT = "text_output"
-FINISH_REASON = "finish_reason"
-NUM_INPUT_TOKENS = "num_input_tokens"
-NUM_OUTPUT_TOKENS = "num_output_tokens"
 RPS_CLASS = "rps_class"
 EST_PREFILL_S = "est_prefill_s"
+# vllm_backend's additional outputs: each is sent only when the request's BOOL input `return_<name>`
+# (`return_flag`) is true, as there (`triton.additional_outputs` computes them).
+FINISH_REASON = "finish_reason"
+CUMULATIVE_LOGPROB = "cumulative_logprob"
+LOGPROBS = "logprobs"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_OUTPUT_TOKENS = "num_output_tokens"
+ADDITIONAL_OUTPUTS = (FINISH_REASON, CUMULATIVE_LOGPROB, LOGPROBS, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS)
+
+
+def return_flag(output: str) -> str:
+    """The input that asks for additional output `output`: `return_finish_reason` for `finish_reason`."""
+    return f"return_{output}"
+
+
+def outputs_to_send(requested: Collection[str], asked: Collection[str]) -> frozenset[str]:
+    """The outputs a generate response carries: those the request names (Triton names every output of
+    the config for a client that names none), less the additional outputs its `return_*` flags did not
+    ask for. A flag alone does not add an output the request does not name: Triton 2.51's Python backend
+    must not be sent an unrequested output (see `backend.requested_outputs`)."""
+    return frozenset(name for name in requested if name not in ADDITIONAL_OUTPUTS or name in asked)
+
 
 TensorGetter = Callable[[str], np.ndarray | None]
 
@@ -121,7 +144,9 @@ class GenerateRequest:
     video: bytes | None = None
     stream: bool = False
     sampling_parameters: Mapping[str, Any] = field(default_factory=dict)
+    # Whether a non-streamed answer leaves out the prompt (a streamed one always does)
     exclude_input_in_output: bool = False
+    additional_outputs: frozenset[str] = frozenset()  # those of ADDITIONAL_OUTPUTS the request asks for
 
 
 def _strings(value: np.ndarray) -> list[bytes]:
@@ -139,12 +164,32 @@ def _one_string(get: TensorGetter, name: str) -> bytes | None:
 
 
 def _flag(get: TensorGetter, name: str, default: bool) -> bool:
+    given = _given_flag(get, name)
+    return default if given is None else given
+
+
+def _given_flag(get: TensorGetter, name: str) -> bool | None:
+    """The request's boolean `name`; None if it does not carry one."""
     value = get(name)
     if value is None or value.size == 0:
-        return default
+        return None
     if value.size != 1:
         raise BadRequest(f"'{name}' must hold one boolean, got {value.size} elements")
     return bool(value.reshape(-1)[0])
+
+
+def _exclude_input_in_output(get: TensorGetter, stream: bool) -> bool:
+    """As vllm_backend: unset, a streamed answer leaves out the prompt and a whole one starts with it;
+    set false on a streamed request, it is refused (streamed responses never repeat the prompt)."""
+    given = _given_flag(get, EXCLUDE_INPUT_IN_OUTPUT)
+    if given is None:
+        return stream
+    if stream and not given:
+        raise BadRequest(
+            f"'{EXCLUDE_INPUT_IN_OUTPUT}' false is not allowed when streaming (as in NVIDIA's vLLM "
+            "backend): streamed responses never repeat the prompt; leave it out or set it true"
+        )
+    return given
 
 
 def _base64(data: bytes, what: str) -> bytes:
@@ -169,6 +214,11 @@ def parse_sampling_parameters(raw: bytes | None) -> dict[str, Any]:
 
 def parse_request(get: TensorGetter) -> GenerateRequest:
     """Validate the request's tensors; raises `BadRequest` with a message for the client."""
+    if get(EMBEDDING_REQUEST) is not None:
+        raise BadRequest(
+            f"'{EMBEDDING_REQUEST}' is not served: this deployment generates text (vllm_backend reserves "
+            f"the input for its OpenAI-compatible front end's embeddings); send '{TEXT_INPUT}'"
+        )
     text = _one_string(get, TEXT_INPUT)
     if text is None:
         raise BadRequest(f"'{TEXT_INPUT}' is required")
@@ -179,13 +229,17 @@ def parse_request(get: TensorGetter) -> GenerateRequest:
     image_tensor = get(IMAGE)
     images = () if image_tensor is None else _strings(image_tensor)
     video = _one_string(get, VIDEO)
+    stream = _flag(get, STREAM, default=False)
     return GenerateRequest(
         prompt=prompt,
         images=tuple(_base64(image, f"image {i}") for i, image in enumerate(images)),
         video=None if video is None else _base64(video, "video"),
-        stream=_flag(get, STREAM, default=False),
+        stream=stream,
         sampling_parameters=parse_sampling_parameters(_one_string(get, SAMPLING_PARAMETERS)),
-        exclude_input_in_output=_flag(get, EXCLUDE_INPUT_IN_OUTPUT, default=False),
+        exclude_input_in_output=_exclude_input_in_output(get, stream),
+        additional_outputs=frozenset(
+            name for name in ADDITIONAL_OUTPUTS if _flag(get, return_flag(name), default=False)
+        ),
     )
 
 

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from rps_serve.cost.model import CostModel
 from rps_serve.cost.online import OnlineCostModel
 from rps_serve.cost.runtime import cost_model_at
 from rps_serve.triton import protocol as p
+from rps_serve.triton.additional_outputs import AdditionalOutputs
 from rps_serve.triton.backend import (
     error_response,
     log_failure,
@@ -119,11 +120,9 @@ class _Progress:
     sent: int = 0  # characters of `text` already streamed
     first_token: bool = False
     preemptions: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    finish_reason: str = ""
     cancelled: bool = False
-    outputs: frozenset[str] = frozenset()  # the outputs the request asked for (see `requested_outputs`)
+    outputs: frozenset[str] = frozenset()  # the outputs its responses carry (`protocol.outputs_to_send`)
+    additional: AdditionalOutputs = field(default_factory=AdditionalOutputs)
     # Where the request spent its time before the engine (monotonic seconds), for the run log.
     front_end_queue_s: float = 0.0
     front_end_work_s: float = 0.0
@@ -329,7 +328,10 @@ class TritonPythonModel:
         params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)
         priority = self.policy.request_priority(info.level, features.modality)
         request_id = f"{request.request_id() or 'triton'}-{uuid.uuid4().hex}"
-        progress = _Progress(outputs=frozenset(request.requested_output_names()))
+        progress = _Progress(
+            outputs=p.outputs_to_send(request.requested_output_names(), parsed.additional_outputs),
+            additional=AdditionalOutputs(parsed.additional_outputs),
+        )
         self.metrics.admitted(info.request_class)
         try:
             prompt = await self._through_front_end(parsed, info, arrival, arrival_wall, sender, progress)
@@ -469,9 +471,7 @@ class TritonPythonModel:
             if self.run_log is not None:
                 self._log_stages(output, progress, info, arrival)
         progress.text = completion.text
-        progress.output_tokens = len(completion.token_ids)
-        progress.input_tokens = len(output.prompt_token_ids or ())
-        progress.finish_reason = completion.finish_reason or ""
+        progress.additional.record(output)
         if output.metrics is not None:
             progress.preemptions = output.metrics.num_preemptions
 
@@ -500,9 +500,7 @@ class TritonPythonModel:
     def _response(text: str, progress: _Progress, info: ClassInfo) -> Any:
         outputs: dict[str, Callable[[], np.ndarray | str]] = {
             p.TEXT_OUTPUT: lambda: text,
-            p.FINISH_REASON: lambda: progress.finish_reason,
-            p.NUM_INPUT_TOKENS: lambda: np.array([progress.input_tokens], dtype=np.uint32),
-            p.NUM_OUTPUT_TOKENS: lambda: np.array([progress.output_tokens], dtype=np.uint32),
+            **progress.additional.take(),
             p.RPS_CLASS: lambda: info.request_class.label,
             p.EST_PREFILL_S: lambda: np.array([info.est_prefill_s], dtype=np.float32),
         }

@@ -60,7 +60,11 @@ def request(
 def test_preprocess_counts_the_tokens_vllm_allocates(llava: Server, case: str) -> None:
     modality, shape = CASES[case]
     served = RequestFormat.of_model(llava.model)
-    generation = replace(request(served, modality, shape, seed=len(case)), stream=False)
+    generation = replace(
+        request(served, modality, shape, seed=len(case)),
+        stream=False,
+        additional_outputs=("num_input_tokens",),
+    )
 
     features = preprocess_features(llava, generation)
     result = run(llava, VLLM_MODEL, generation)

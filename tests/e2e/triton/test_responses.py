@@ -10,7 +10,10 @@ unrequested output into an error, so these tests fail at once on a model that bu
 
 from __future__ import annotations
 
+import json
+import math
 import random
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -119,9 +122,11 @@ def test_ensemble_responses_carry_only_its_outputs(server: Server, requests: Req
 
 
 def test_direct_callers_get_the_outputs_they_name(server: Server, requests: Requests) -> None:
+    """Named outputs only, and vllm_backend's additional outputs only where a `return_*` flag asks."""
+    asking = replace(requests.make(Modality.IMAGE), additional_outputs=p.ADDITIONAL_OUTPUTS)
     client = StreamClient(server.endpoints.grpc_url)
     try:
-        client.submit(VLLM_MODEL, "some", requests.make(Modality.IMAGE).tensors(), outputs=[p.TEXT_OUTPUT])
+        client.submit(VLLM_MODEL, "some", asking.tensors(), outputs=[p.TEXT_OUTPUT])
         client.submit(VLLM_MODEL, "all", requests.make(Modality.TEXT).tensors())
         _finish(client)
     finally:
@@ -129,7 +134,7 @@ def test_direct_callers_get_the_outputs_they_name(server: Server, requests: Requ
     assert client.results["some"].error is None, client.results["some"].error
     assert set(client.results["some"].outputs) == {p.TEXT_OUTPUT}
     assert client.results["all"].error is None, client.results["all"].error
-    assert {p.FINISH_REASON, p.NUM_OUTPUT_TOKENS, p.RPS_CLASS} <= set(client.results["all"].outputs)
+    assert set(client.results["all"].outputs) == {p.TEXT_OUTPUT, p.RPS_CLASS, p.EST_PREFILL_S}
 
     grpc = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
     outputs = [grpcclient.InferRequestedOutput(p.FEATURES)]
@@ -137,6 +142,106 @@ def test_direct_callers_get_the_outputs_they_name(server: Server, requests: Requ
     result = grpc.infer(PREPROCESS, infer_inputs(grpcclient, tensors), outputs=outputs)
     assert [o.name for o in result.get_response().outputs] == [p.FEATURES]
     assert result.as_numpy(p.FEATURES).shape == (1, 3)
+
+
+def _responses(server: Server, model: str, tensors: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """The outputs of every response to one streamed request (StreamResult keeps the first's only)."""
+    responses: list[dict[str, np.ndarray]] = []
+    errors: list[str] = []
+    done = threading.Event()
+
+    def collect(result: grpcclient.InferResult | None, error: Exception | None) -> None:
+        if error is not None:
+            errors.append(str(error))
+            done.set()
+            return
+        assert result is not None
+        response = result.get_response()
+        if response.outputs:
+            responses.append({o.name: result.as_numpy(o.name) for o in response.outputs})
+        final = response.parameters.get("triton_final_response")
+        if final is not None and final.bool_param:
+            done.set()
+
+    client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+    client.start_stream(callback=collect)
+    try:
+        client.async_stream_infer(
+            model, infer_inputs(grpcclient, tensors), request_id="r", enable_empty_final_response=True
+        )
+        assert done.wait(300), "no final response"
+    finally:
+        client.stop_stream()
+        client.close()
+    assert not errors, errors
+    return responses
+
+
+def test_additional_outputs_through_the_ensemble_as_vllm_backend_sends_them(
+    server: Server, requests: Requests
+) -> None:
+    """A whole answer carries the totals; streamed responses carry what is new since the previous one,
+    and `finish_reason` reads "None" until the last; an output no flag asks for is not sent."""
+    sampling = {"max_tokens": 4, "ignore_eos": True, "logprobs": 1}
+    whole = replace(
+        requests.make(Modality.IMAGE, stream=False),
+        sampling_parameters=sampling,
+        additional_outputs=p.ADDITIONAL_OUTPUTS,
+    )
+    (answer,) = _responses(server, ENSEMBLE, whole.tensors())
+    assert set(answer) == {p.TEXT_OUTPUT, *p.ADDITIONAL_OUTPUTS, p.RPS_CLASS, p.EST_PREFILL_S}
+    assert answer[p.FINISH_REASON].tolist() == [b"length"]
+    assert answer[p.NUM_OUTPUT_TOKENS].tolist() == [4]
+    assert answer[p.NUM_INPUT_TOKENS][0] > 64  # the image's placeholders and the text
+    assert -math.inf < answer[p.CUMULATIVE_LOGPROB][0] <= 0
+    assert len(json.loads(answer[p.LOGPROBS][0])) == 4
+
+    streamed = replace(
+        requests.make(Modality.TEXT, max_tokens=6),
+        additional_outputs=(p.FINISH_REASON, p.NUM_OUTPUT_TOKENS),
+    )
+    responses = _responses(server, ENSEMBLE, streamed.tensors())
+    assert all(
+        set(r) == {p.TEXT_OUTPUT, p.FINISH_REASON, p.NUM_OUTPUT_TOKENS, p.RPS_CLASS, p.EST_PREFILL_S}
+        for r in responses
+    )
+    assert sum(int(r[p.NUM_OUTPUT_TOKENS][0]) for r in responses) == 6
+    assert [r[p.FINISH_REASON][0] for r in responses] == [b"None"] * (len(responses) - 1) + [b"length"]
+
+
+def test_vllm_backend_inputs_it_does_not_serve_are_refused_by_name(
+    server: Server, requests: Requests
+) -> None:
+    embedding = np.array([json.dumps({"input": "hello"}).encode()], dtype=np.object_)
+    repeating = {
+        **requests.make(Modality.TEXT, stream=True).tensors(),
+        p.EXCLUDE_INPUT_IN_OUTPUT: np.array([False]),
+    }
+    bad = {
+        "ensemble embedding": (
+            ENSEMBLE,
+            {**requests.make(Modality.TEXT).tensors(), p.EMBEDDING_REQUEST: embedding},
+        ),
+        "direct embedding": (
+            VLLM_MODEL,
+            {**requests.make(Modality.TEXT).tensors(), p.EMBEDDING_REQUEST: embedding},
+        ),
+        "ensemble repeating": (ENSEMBLE, repeating),
+    }
+    client = StreamClient(server.endpoints.grpc_url)
+    try:
+        for request_id, (model, tensors) in bad.items():
+            client.submit(model, request_id, tensors)
+        _finish(client)
+    finally:
+        client.close()
+    for request_id, named in (
+        ("ensemble embedding", p.EMBEDDING_REQUEST),
+        ("direct embedding", p.EMBEDDING_REQUEST),
+        ("ensemble repeating", p.EXCLUDE_INPUT_IN_OUTPUT),
+    ):
+        error = client.results[request_id].error
+        assert error is not None and f"'{named}'" in error, (request_id, error)
 
 
 def test_errors_on_a_shared_stream_reach_their_requests(server: Server, requests: Requests) -> None:

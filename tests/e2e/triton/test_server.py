@@ -83,7 +83,10 @@ def test_http_generate(server: Server, requests: Requests) -> None:
 def test_vllm_model_directly_with_a_video(server: Server, requests: Requests) -> None:
     """Without the ensemble's class tensors the engine classifies; the model still reports the class."""
     generation = replace(
-        requests.make(Modality.VIDEO, max_tokens=4), stream=False, exclude_input_in_output=False
+        requests.make(Modality.VIDEO, max_tokens=4),
+        stream=False,
+        exclude_input_in_output=False,
+        additional_outputs=("num_output_tokens", "finish_reason", "num_input_tokens"),
     )
 
     features = preprocess_features(server, generation)

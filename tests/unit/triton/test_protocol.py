@@ -93,3 +93,63 @@ def test_the_ensembles_features_are_read_back_and_a_request_without_them_has_non
 def test_malformed_or_several_claimed_features_are_refused(rows: list[list[float]]) -> None:
     with pytest.raises(p.BadRequest, match=p.CLAIMED_FEATURES):
         p.claimed_features(getter({p.CLAIMED_FEATURES: np.array(rows, dtype=np.float32)}))
+
+
+def _text(**tensors: np.ndarray) -> dict[str, np.ndarray]:
+    return {p.TEXT_INPUT: np.array([b"hi"], dtype=np.object_), **tensors}
+
+
+def test_the_return_flags_ask_for_vllm_backends_additional_outputs() -> None:
+    asked = (p.FINISH_REASON, p.NUM_OUTPUT_TOKENS)
+    generation = Generation("hi", additional_outputs=asked)
+    assert parse_request(getter(generation.tensors())).additional_outputs == set(asked)
+    tensors = _text(return_logprobs=np.array([False]), return_num_input_tokens=np.array([True]))
+    assert parse_request(getter(tensors)).additional_outputs == {p.NUM_INPUT_TOKENS}
+    assert parse_request(getter(_text())).additional_outputs == frozenset()
+    with pytest.raises(ValueError, match="text_output"):
+        Generation("hi", additional_outputs=(p.TEXT_OUTPUT,)).tensors()
+
+
+@pytest.mark.parametrize("output", p.ADDITIONAL_OUTPUTS)
+def test_a_malformed_return_flag_is_refused_by_name(output: str) -> None:
+    with pytest.raises(BadRequest, match=f"'return_{output}' must hold one boolean"):
+        parse_request(getter(_text(**{p.return_flag(output): np.array([True, True])})))
+
+
+def test_only_asked_additional_outputs_are_sent_and_only_if_requested() -> None:
+    everything = [p.TEXT_OUTPUT, *p.ADDITIONAL_OUTPUTS, p.RPS_CLASS]
+    assert p.outputs_to_send(everything, set()) == {p.TEXT_OUTPUT, p.RPS_CLASS}
+    assert p.outputs_to_send(everything, {p.LOGPROBS}) == {p.TEXT_OUTPUT, p.LOGPROBS, p.RPS_CLASS}
+    assert p.outputs_to_send([p.TEXT_OUTPUT], {p.LOGPROBS}) == {p.TEXT_OUTPUT}
+
+
+@pytest.mark.parametrize(
+    ("stream", "exclude", "expected"),
+    [
+        (False, None, False),
+        (True, None, True),
+        (False, False, False),
+        (False, True, True),
+        (True, True, True),
+    ],
+)
+def test_exclude_input_in_output_as_vllm_backend_reads_it(
+    stream: bool, exclude: bool | None, expected: bool
+) -> None:
+    """Unset, a whole answer repeats the prompt and a streamed one does not."""
+    tensors = _text(stream=np.array([stream]))
+    if exclude is not None:
+        tensors[p.EXCLUDE_INPUT_IN_OUTPUT] = np.array([exclude])
+    assert parse_request(getter(tensors)).exclude_input_in_output is expected
+
+
+def test_a_streamed_request_that_wants_its_prompt_repeated_is_refused() -> None:
+    tensors = _text(stream=np.array([True]), exclude_input_in_output=np.array([False]))
+    with pytest.raises(BadRequest, match="'exclude_input_in_output' false is not allowed when streaming"):
+        parse_request(getter(tensors))
+
+
+def test_an_embedding_request_is_refused_by_name() -> None:
+    embedding = np.array([json.dumps({"input": "hi"}).encode()], dtype=np.object_)
+    with pytest.raises(BadRequest, match="'embedding_request' is not served"):
+        parse_request(getter(_text(embedding_request=embedding)))

@@ -96,6 +96,7 @@ def test_max_tokens_null_is_capped_at_the_output_limit(server: Server, requests:
         requests.make(Modality.TEXT),
         sampling_parameters={"max_tokens": None, "ignore_eos": True},
         stream=False,
+        additional_outputs=(p.NUM_OUTPUT_TOKENS,),
     )
     result = run(server, VLLM_MODEL, generation.tensors())
     assert result.error is None
