@@ -93,7 +93,7 @@ class PolicyRow:
     turn (`scheduling.queues`); `wait_bound_slowdown`: under the bounded order, a request's wait
     bound as a multiple of its class's isolated TTFT (`ClassParameters.slo_s`); `victim_tokens_share`:
     where set, a victim must have computed at most this share of the waiting request's tokens;
-    `kv_reserve`: the share of the KV cache a heavier class's admission leaves free
+    `kv_reserve`: the share of the KV cache the heaviest class's admission leaves free
     (`scheduling.admission`), 0 for none."""
 
     order: Order
@@ -126,7 +126,7 @@ _TWICE = math.log(2.0)
 # 1.58 s on the paper's H100) goes first after 32 s, about when the paper's aging lets it outrank
 # fresh sand (33 s at boost 3). Set so before any run; it lost on the policy table (docs/decisions.md).
 WAIT_BOUND_SLOWDOWN = 20.0
-# The KV headroom a heavier class's admission leaves: chosen on the policy table (docs/decisions.md).
+# The KV headroom the heaviest class's admission leaves: chosen on the policy table (docs/decisions.md).
 KV_RESERVE = 0.05
 POLICY_TABLE: dict[Policy, PolicyRow] = {
     Policy.RPS: PolicyRow(Order.STATIC_AND_AGING, eviction_margin=_TWICE, starvation_guard=True),

@@ -160,6 +160,7 @@ class Engine:
         self._preempted_last = False
         self._fcfs_victims = queues.regulator.policy.row.vllm_policy == "fcfs"
         self._kv_reserve = queues.regulator.policy.row.kv_reserve
+        self._num_levels = queues.regulator.num_levels
         self._chunk_limit = 0  # vLLM's long_prefill_token_threshold for the current step; 0: none
         # Plain lists: scalar reads in the Python parts of a step are much cheaper than numpy indexing.
         self._prompt = work.prompt_tokens.tolist()
@@ -330,7 +331,8 @@ class Engine:
         """The policy's KV headroom (`scheduling.admission`) lets `request` start now."""
         config = self.config
         tokens, level = self._known_tokens(request), self._level[request]
-        return admits(level, tokens, self.free_blocks, config.num_blocks, config.block_size, self._kv_reserve)
+        blocks = self.free_blocks, config.num_blocks, config.block_size
+        return admits(level, self._num_levels, tokens, *blocks, self._kv_reserve)
 
     def _known_tokens(self, request: int) -> int:
         """Prompt and generated tokens: what a waiting request computes (vLLM's `num_tokens`)."""

@@ -197,8 +197,8 @@ class _RPSMixin(Scheduler):
 
     @contextmanager
     def _kv_headroom(self) -> Iterator[None]:
-        """For one `schedule()`, a waiting request of a heavier class than the lightest starts only
-        where the policy's share of the KV cache stays free after it (`scheduling.admission`): the
+        """For one `schedule()`, a waiting request of the heaviest class starts only where the
+        policy's share of the KV cache stays free after it (`scheduling.admission`): the
         queue reads as empty to vLLM's loop otherwise. Asked when vLLM's loop asks whether requests
         wait, after the running requests have taken their blocks, as the simulator asks."""
         reserve = self.rps.policy.row.kv_reserve
@@ -207,11 +207,12 @@ class _RPSMixin(Scheduler):
             return
         pool = self.kv_cache_manager.block_pool
         usable = pool.num_gpu_blocks - 1  # vLLM keeps one null block
+        num_levels = self.waiting.classes.regulator.num_levels
 
         def starts(request: Request) -> bool:
             level = self.waiting.level(request)
             free = pool.get_num_free_blocks()
-            return admits(level, request.num_tokens, free, usable, self.block_size, reserve)
+            return admits(level, num_levels, request.num_tokens, free, usable, self.block_size, reserve)
 
         self.waiting.admits = starts
         try:

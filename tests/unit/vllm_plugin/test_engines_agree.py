@@ -225,6 +225,16 @@ SCENARIOS = [
         num_blocks=2 * 12 + 3,
     ),
     Scenario(
+        "headroom: a pebble that would leave less than the reserve free starts",
+        (
+            Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=6),
+            Arrival(1, "pebble", PEBBLE, ROCK_TOKENS + BLOCK_SIZE, max_tokens=3),
+            Arrival(2, "sand", SAND, 20, max_tokens=3),
+        ),
+        policy=Policy.HEADROOM,
+        num_blocks=2 * 12 + 3,
+    ),
+    Scenario(
         "headroom: with room to spare it is class order",
         (
             Arrival(0, "rock", ROCK, 100),

@@ -1,0 +1,132 @@
+"""The longest wait per class as a function of load: the starvation guarantee a user reads.
+
+Run: `python benchmarks/longest_wait.py [--policy P] [--requests N] [--out DIR]` (`make longest-wait`).
+On both deployments of `h100_comparison` (7B on 1 GPU, 72B on 4) and mixed-iii (texts, images and
+videos in all three classes) at `LOADS` x the simulated capacity, seeds `h100_comparison.SEEDS`
+(fixed in code before any run): per class, the longest time any request of that class waited for its
+first token over whole runs (the drain too), the longest over the seeds, for the policy and beside it
+the stock priorities and FCFS.
+
+The guarantee checked is the one docs/limits-and-guarantees.md states: in every run, no class waits
+longer under the policy than under the better of the two stock priorities on the same trace, times
+`STOCK_MARGIN` (one run's longest wait is one request's: the margin covers a request that the class
+order happens to hand a busier step, not a trend). The checks are printed per load, run by run; the
+command exits non-zero where one fails, so a change that lets a class starve fails it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from h100_comparison import DEPLOYMENTS, SEEDS, Comparison, Setting, _model
+from rps_serve.metrics import RequestRecords
+from rps_serve.requests import RequestClass
+from rps_serve.sim.simulator import policy_variant
+
+MIX = "mixed-iii"
+LOADS = (0.5, 0.7, 0.9, 1.1, 1.3)
+STOCK_PRIORITIES = ("vllm-priority", "modality-priority")
+STOCK_MARGIN = 1.25
+
+
+def longest_per_class(records: RequestRecords) -> dict[str, float]:
+    """Per class label, the longest TTFT of the run (NaN for a class with no first token)."""
+    longest = {}
+    for level in range(records.num_levels):
+        ttft = records.ttft[records.level == level]
+        finite = ttft[np.isfinite(ttft)]
+        label = RequestClass.for_level(level, records.num_levels).label
+        longest[label] = float(finite.max()) if finite.size else float("nan")
+    return longest
+
+
+@dataclass(frozen=True)
+class Check:
+    """One run's longest wait of one class under the policy against the better stock priority's."""
+
+    seed: int
+    label: str
+    policy_s: float
+    stock_s: float
+
+    @property
+    def holds(self) -> bool:
+        return not self.policy_s > STOCK_MARGIN * self.stock_s
+
+
+def sweep(comparison: Comparison, policy: str) -> tuple[list[dict[str, object]], list[Check]]:
+    """Print each deployment's table of longest waits by load; returns them as JSON and every check."""
+    policies = ("fcfs", *STOCK_PRIORITIES, policy)
+    results: list[dict[str, object]] = []
+    checks: list[Check] = []
+    for reference, gpus in DEPLOYMENTS:
+        capacity = comparison.capacity(reference, gpus, Setting(MIX, MIX, 1.0))
+        print(f"### {_model(reference, gpus)}, {MIX}, capacity {capacity.rate:.2f} req/s\n")
+        labels = [c.label for c in RequestClass]
+        print(
+            "| load | policy | " + " | ".join(f"longest {label} TTFT (s)" for label in labels) + " |\n"
+            "|---:|---|" + "---:|" * len(labels)
+        )
+        for load in LOADS:
+            runs, _ = comparison.runs(reference, gpus, Setting(MIX, MIX, load), policies)
+            per_run = {p: [longest_per_class(r) for r in runs[p]] for p in policies}
+            longest = {p: {c: max(run[c] for run in per_run[p]) for c in labels} for p in policies}
+            for p in policies:
+                print(f"| {load:g} | {p} | " + " | ".join(f"{longest[p][c]:.3g}" for c in labels) + " |")
+            load_checks = [
+                Check(seed, c, mine[c], min(per_run[s][i][c] for s in STOCK_PRIORITIES))
+                for i, (seed, mine) in enumerate(zip(SEEDS, per_run[policy], strict=True))
+                for c in labels
+                if np.isfinite(mine[c])
+            ]
+            checks += load_checks
+            results.append(
+                {
+                    "reference": reference,
+                    "gpus": gpus,
+                    "load": load,
+                    "capacity": capacity.rate,
+                    "longest_s": longest,
+                    "per_run_s": per_run,
+                    "failed_checks": [vars(c) for c in load_checks if not c.holds],
+                }
+            )
+        print()
+    return results, checks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policy", default="headroom", help="the policy held to the guarantee")
+    parser.add_argument("--requests", type=int, default=3500)
+    parser.add_argument("--out", type=Path, default=Path("out/longest-wait"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    policy_variant(args.policy)  # fail on a bad name before any run
+    print(
+        f"{len(SEEDS)} seeds ({', '.join(map(str, SEEDS))}), {args.requests} requests a run; longest TTFT"
+        " per class over whole runs, the longest over the seeds.\n"
+    )
+    results, checks = sweep(Comparison(args.requests, args.out), args.policy)
+    failed = [c for c in checks if not c.holds]
+    print(
+        f"{args.policy} within {STOCK_MARGIN:g}x the better stock priority's longest wait, per run and"
+        f" class: {len(checks) - len(failed)} of {len(checks)} checks hold"
+    )
+    for c in failed:
+        print(f"- over: seed {c.seed}, {c.label}: {c.policy_s:.3g} s against {c.stock_s:.3g} s")
+    (args.out / "longest_wait.json").write_text(json.dumps(results, indent=1) + "\n")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
