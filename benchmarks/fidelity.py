@@ -1,12 +1,13 @@
 """Simulator fidelity on the CPU stack: the same traces on the real server and in the simulator.
 
 1. `rps-serve profile` the tiny model (engine settings of model.json; skipped when complete);
-2. the rate the server sustains, measured closed-loop on a fresh `rps-serve serve` (as `rps-serve
-   demo` measures it), unless `--rate` gives the rates;
+2. the rate the server sustains, measured closed-loop on a fresh server (as `rps-serve demo`
+   measures it), unless `--rate` gives the rates;
 3. per load (`--load-fraction` x that rate) and seed (`--seeds`, fixed before the first run and
    printed): `rps-serve trace` one workload trace, then per policy, in an order that rotates with the
-   seed, a fresh `rps-serve serve --policy P` (its run log kept: `triton.run_log`) and `rps-serve
-   bench --trace` against it through `rps_ensemble` (its isolated runs, one request at a time, first);
+   seed, a fresh server under policy P, started as `rps-serve serve --policy P` starts it
+   (`local.server.launch_server`; its run log kept: `triton.run_log`), and `rps-serve bench --trace`
+   against it through `rps_ensemble` (its isolated runs, one request at a time, first);
 4. a measured simulator profile (`rps_serve.sim.measured`): prefill lines from the profile, decode
    step and front-end cost from the isolated runs of step 3 (no loaded run is used), the front-end
    workers and the plug-in's settings of model.json, the aging clock of the served cost model;
@@ -29,8 +30,6 @@ import argparse
 import json
 import math
 import os
-import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -48,11 +47,13 @@ from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_
 from rps_serve.loadtest.placement import Placement
 from rps_serve.loadtest.run_analysis import in_window, read_run_log
 from rps_serve.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
+from rps_serve.local.repository import ready_to_serve
+from rps_serve.local.server import EngineSettings, launch_server
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
 from rps_serve.sim.measured import LoadedSteps, MeasuredProfile, decode_costs, front_end_seconds, robust_lines
 from rps_serve.sim.step_fit import Steps, loaded_steps, steps_from_records
-from rps_serve.triton.settings import RUN_LOG_ENV, load_settings
+from rps_serve.triton.settings import load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.workload.content import ContentLimits, plan_content
 from rps_serve.workload.request_format import RequestFormat
@@ -89,28 +90,13 @@ RUN_LOG = "run-log.jsonl"  # in a server's workdir
 
 @contextmanager
 def _serve(policy: str, workdir: Path) -> Iterator[str]:
-    """`rps-serve serve --policy` in the background, its run log in `workdir`; its gRPC address while
-    it runs."""
-    command = [*CLI, "serve", "--policy", policy, "--workdir", str(workdir),
-               "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
-    print("$", " ".join(["rps-serve", *command[1:]]), "&", flush=True)
-    workdir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, RUN_LOG_ENV: str(workdir / RUN_LOG)}
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
-    try:
-        url = None
-        assert server.stdout is not None
-        for line in server.stdout:
-            found = re.search(r"gRPC (\S+),", line)
-            if found:
-                url = found.group(1)
-                break
-        if url is None:
-            raise RuntimeError(f"rps-serve serve exited with {server.wait()}; see {workdir}/tritonserver.log")
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(120)
+    """A fresh server on the checkout's repository under `policy`, as `rps-serve serve --policy`
+    starts one (free ports), its run log in `workdir`; its gRPC address while it runs."""
+    ready_to_serve(REPOSITORY)
+    print(f"{policy}: starting tritonserver (log {workdir / 'tritonserver.log'})", flush=True)
+    engines = EngineSettings(policy=policy, run_log=workdir / RUN_LOG)
+    with launch_server(REPOSITORY, workdir.resolve(), engines) as endpoints:
+        yield endpoints.grpc_url
 
 
 def _bench_on_fresh_server(policy: str, out: Path, bench_args: list[str]) -> Path:

@@ -27,12 +27,11 @@ from rps_serve.loadtest.replay import build_requests, replay
 from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.local.checkout import PROFILES, TINY_MODEL
 from rps_serve.local.repository import online_refit_copy
-from rps_serve.local.server import local_server
+from rps_serve.local.server import EngineSettings, launch_server
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.synthetic import with_slower_admission
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.sim.online import probe_grid
-from rps_serve.triton.settings import MODEL_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
@@ -137,13 +136,14 @@ def main() -> None:
     trace = SyntheticWorkload(args.mix, args.rate, args.requests, args.seed).trace()
     requests = build_requests(trace, RequestFormat.of_model(args.model), CONTENT, args.seed)
     settle_s = 3 * args.interval_s  # the feed reads the last records of a batch within an interval or two
-    env = {MODEL_ENV: str(args.model.resolve())}
     print(f"start: {args.profile.name} with image and video admission / {args.media_speedup:g}; ", end="")
     print(f"probe grid: {len(probes)} requests ({len(probes) // len(Modality)} prompt lengths per modality)")
     print("sent  done  agree  " + " ".join(f"{m.value:>5}" for m in Modality) + " updates observed  moved")
     points: list[Checkpoint] = []
     started = time.monotonic()
-    with local_server(repository, work / "server", env=env, log_file=work / "tritonserver.log") as endpoints:
+    with launch_server(
+        repository, work / "server", EngineSettings(model=args.model), work / "tritonserver.log"
+    ) as endpoints:
         served = ServedClasses(endpoints.grpc_url)
         points.append(checkpoint(served, truth, probes, endpoints.metrics_url, 0, 0))
         print(points[-1].row(), flush=True)

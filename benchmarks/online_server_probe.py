@@ -20,9 +20,8 @@ from rps_serve.loadtest.replay import build_requests, replay
 from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
 from rps_serve.local.repository import online_refit_copy, train_reference_cost_models
-from rps_serve.local.server import local_server
+from rps_serve.local.server import EngineSettings, launch_server
 from rps_serve.sim.online import probe_grid
-from rps_serve.triton.settings import MODEL_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
@@ -54,8 +53,9 @@ def main() -> None:
     workload = SyntheticWorkload("mixed-iii", args.rate, args.requests, args.seed)
     trace = workload.trace()
     requests = build_requests(trace, RequestFormat.of_model(args.model), CONTENT, args.seed)
-    env = {MODEL_ENV: str(args.model.resolve())}
-    with local_server(repository, work / "server", env=env, log_file=work / "tritonserver.log") as endpoints:
+    with launch_server(
+        repository, work / "server", EngineSettings(model=args.model), work / "tritonserver.log"
+    ) as endpoints:
         before = agreement(ServedClasses(endpoints.grpc_url), profile_trained, probes)
         replayed = replay(endpoints.grpc_url, trace, requests)
         time.sleep(2 * args.interval_s)  # the last records reach the fit within an interval or two

@@ -18,9 +18,8 @@ from typing import Any
 from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
 from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
 from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
-from rps_serve.local.server import local_server
+from rps_serve.local.server import EngineSettings, launch_server
 from rps_serve.requests import Modality
-from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 
 
@@ -54,13 +53,11 @@ def main() -> int:
     workdir = args.out.resolve() / "server"
     workdir.mkdir(exist_ok=True)
     configure_cpu_engine_environment(workdir / "vllm")
-    env = {MODEL_ENV: str(TINY_MODEL)}
-    if args.policy:
-        env[POLICY_ENV] = args.policy
+    engines = EngineSettings(model=TINY_MODEL, policy=args.policy or None)
     rows: list[dict[str, Any]] = []
     failure = None
     modalities = [Modality(m.strip()) for m in args.modalities.split(",") if m.strip()]
-    with local_server(args.repository, workdir, env=env, log_file=args.out / "tritonserver.log") as endpoints:
+    with launch_server(args.repository, workdir, engines, args.out / "tritonserver.log") as endpoints:
         for modality in modalities:
             run = PerfRun(
                 url=endpoints.grpc_url,

@@ -4,6 +4,9 @@ top-level names of the others it imports, read from the source (nothing is impor
 A reached module's every import counts, inside functions too (its functions may run), except under
 `if TYPE_CHECKING:`; a package's `__init__`, imported on the way to one of its modules, counts only
 for the imports it runs at import time (and so do the modules those reach).
+
+Also the package's module graph, each module's imports at module level (`module_graph`), and the
+circles in it (`import_cycles`).
 """
 
 from __future__ import annotations
@@ -54,13 +57,16 @@ def imports(module: str, *, in_functions: bool) -> set[str]:
     return file_imports(path, module, in_functions=in_functions)
 
 
-def file_imports(path: Path, module: str = "", *, in_functions: bool = True) -> set[str]:
-    """The names the file at `path` (module `module`, for its relative imports) imports."""
+def file_imports(
+    path: Path, module: str = "", *, in_functions: bool = True, type_checking: bool = False
+) -> set[str]:
+    """The names the file at `path` (module `module`, for its relative imports) imports; those under
+    `if TYPE_CHECKING:` only if `type_checking`."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test) and not type_checking:
                 continue
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and not in_functions:
                 continue
@@ -127,3 +133,83 @@ def script_needs(path: Path) -> Needs:
         if top != PACKAGE and top not in sys.stdlib_module_names:
             result.outside.setdefault(top, str(path.relative_to(CHECKOUT)))
     return result
+
+
+def package_modules() -> list[str]:
+    """Every module of the package, packages (their `__init__`) included."""
+    names = []
+    for path in sorted((SOURCE / PACKAGE).rglob("*.py")):
+        parts = path.relative_to(SOURCE).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Per module of the package, the package's modules its module-level imports load, those under
+    `if TYPE_CHECKING:` too (a circle a type checker follows is still a circle): each imported module
+    and the packages above it that the importer is not inside (those are loaded before it runs)."""
+    graph = {}
+    for module in package_modules():
+        path = module_file(module)
+        assert path is not None, module
+        own = {".".join(module.split(".")[:depth]) for depth in range(1, module.count(".") + 2)}
+        loaded: set[str] = set()
+        for name in file_imports(path, module, in_functions=False, type_checking=True):
+            if name.partition(".")[0] != PACKAGE:
+                continue
+            parts = _nearest_module(name).split(".")
+            loaded.update(".".join(parts[:depth]) for depth in range(2, len(parts) + 1))
+        graph[module] = loaded - own
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of `graph`: each set of modules that import one another, directly or through the
+    others (a strongly connected component of two or more), as a path that closes on its first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_closed_path(graph, set(component)) for component in components]
+
+
+def _closed_path(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A path through `component` from its first module (by name) back to it, by the shortest way."""
+    start = min(component)
+    previous: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        node = todo.pop(0)
+        for target in sorted(graph[node] & component):
+            if target == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(previous[path[-1]])
+                return [*reversed(path), start]
+            if target not in previous:
+                previous[target] = node
+                todo.append(target)
+    raise AssertionError(f"{sorted(component)} is not a circle")

@@ -21,13 +21,10 @@ def add_local_server_arguments(
 
 def repository_and_model(args: argparse.Namespace) -> Path:
     """The model a local server runs (`--model`, else the tiny model, built if missing), with the
-    repository's cost models made for it if they are missing (`local.repository.ensure_cost_models`)."""
+    repository's cost models made for it if they are missing (`local.repository.ready_to_serve`)."""
     from rps_serve.local.checkout import TINY_MODEL
-    from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
+    from rps_serve.local.repository import ensure_tiny_model, ready_to_serve
 
-    model = Path(args.model) if args.model is not None else TINY_MODEL
     if args.model is None:
         ensure_tiny_model(TINY_MODEL)
-    if source := ensure_cost_models(args.repository, model):
-        print(f"trained the cost models into {args.repository} on {source}")
-    return model
+    return ready_to_serve(args.repository, Path(args.model) if args.model is not None else TINY_MODEL, print)

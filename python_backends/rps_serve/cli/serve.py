@@ -35,28 +35,17 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from rps_serve.local.checkout import TINY_MODEL
-    from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
-    from rps_serve.local.server import Ports, local_server
-    from rps_serve.triton.settings import MODEL_ENV, POLICY_ENV, SETTINGS_FILE, read_settings
-    from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
+    from rps_serve.local.repository import ready_to_serve
+    from rps_serve.local.server import EngineSettings, Ports, launch_server
 
-    env = {POLICY_ENV: args.policy} if args.policy else {}
-    if args.model:
-        env[MODEL_ENV] = str(args.model.resolve())
-    elif ensure_tiny_model(TINY_MODEL):
-        print(f"built the tiny model into {TINY_MODEL}")
-    model = args.model or read_settings(args.repository / SETTINGS_FILE, args.repository).model
-    if source := ensure_cost_models(args.repository, model):
-        print(f"trained the cost models into {args.repository} on {source}")
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    configure_cpu_engine_environment(args.workdir.resolve() / "vllm")
+    ready_to_serve(args.repository, args.model, report=print)
+    engines = EngineSettings(model=args.model, policy=args.policy)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"starting tritonserver on {args.repository} (log: {args.workdir / 'tritonserver.log'})")
     ports = Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
-    with local_server(
-        args.repository, args.workdir.resolve(), env=env, load_timeout_s=args.load_timeout_s, ports=ports
+    with launch_server(
+        args.repository, args.workdir.resolve(), engines, ports=ports, load_timeout_s=args.load_timeout_s
     ) as endpoints:
         print(
             f"ready: gRPC {endpoints.grpc_url}, HTTP {endpoints.http_url}, metrics {endpoints.metrics_url}"

@@ -40,8 +40,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rps_serve.loadtest.soak import CYCLE_HEADER, SoakConfig, cycle_row, run_soak
-    from rps_serve.local.server import local_server
-    from rps_serve.triton.settings import MODEL_ENV
+    from rps_serve.local.server import EngineSettings, launch_server
     from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
     from rps_serve.workload.request_format import RequestFormat
 
@@ -58,9 +57,8 @@ def run(args: argparse.Namespace) -> int:
     workdir = (args.out / "server").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     configure_cpu_engine_environment(workdir / "vllm")
-    env = {MODEL_ENV: str(model.resolve())}
     print(f"starting tritonserver (log: {workdir / 'tritonserver.log'})")
-    with local_server(args.repository, workdir, env=env) as endpoints:
+    with launch_server(args.repository, workdir, EngineSettings(model=model)) as endpoints:
         pace = f"{config.rate:g} req/s" if config.rate else f"the rate measured over {config.calibrate_s:g} s"
         print(
             f"soak: {config.mix} through rps_ensemble, {config.cycles} cycles of {config.cycle_s / 60:g} min "

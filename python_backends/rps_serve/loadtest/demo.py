@@ -22,25 +22,23 @@ The method:
 - where time goes: each engine writes a run log (`triton.run_log`): per engine step, the loop's lag,
   and each request's stages, summarized over the steady window (`loadtest.run_analysis`).
 
-This module runs the experiment; `demo_analysis` judges its runs, `demo_report` and `tables` report
-them.
+This module runs the experiment and writes its records (`demo_records`); `demo_analysis` judges
+them, `demo_report` and `tables` report them.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rps_serve.client import Tally
-from rps_serve.comparison import Ratio, ratio_rows, steady
+from rps_serve.comparison import steady
 from rps_serve.loadtest.capacity import (
     Capacity,
     OpenLoopCapacity,
@@ -48,24 +46,17 @@ from rps_serve.loadtest.capacity import (
     request_stream,
     search_open_loop_capacity,
 )
-from rps_serve.loadtest.demo_analysis import candidate_of
-from rps_serve.loadtest.load import BenchConfig, BenchRun, run_bench
+from rps_serve.loadtest.demo_records import DemoRuns, LoadRuns, PolicyRun
+from rps_serve.loadtest.load import BenchConfig, run_bench
 from rps_serve.loadtest.placement import Placement, process_usage, usage_during
 from rps_serve.loadtest.replay import Replayed, build_requests, replay
-from rps_serve.loadtest.run_analysis import pooled, summarize
+from rps_serve.loadtest.run_analysis import summarize
 from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.local.repository import engine_model, ensemble_model, policy_models, policy_repository
-from rps_serve.local.server import Endpoints, local_server
-from rps_serve.metrics import STEADY_STATE_TRIM, RequestRecords, concatenate_records
+from rps_serve.local.server import Endpoints, EngineSettings, launch_server
+from rps_serve.metrics import STEADY_STATE_TRIM
 from rps_serve.triton import protocol as p
 from rps_serve.triton.run_log import MODEL_PLACEHOLDER
-from rps_serve.triton.settings import (
-    ENGINE_ARGS_ENV,
-    FRONT_END_ENV,
-    MODEL_ENV,
-    POLICY_ENV,
-    RUN_LOG_ENV,
-)
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.content import ContentLimits
 from rps_serve.workload.request_format import RequestFormat
@@ -111,82 +102,6 @@ class DemoConfig:
     reuse_servers: bool = False
     one_server: bool = False
     warm_up: float = STEADY_STATE_TRIM
-
-
-@dataclass(frozen=True)
-class PolicyRun:
-    """One run: the load client's measurement, the server's run log over its steady window, and the
-    CPU each process used."""
-
-    bench: BenchRun
-    analysis: dict[str, Any]
-    processes: list[dict[str, Any]]
-    fit: ServedFit | None  # the online cost model at the run's end; None where it is off
-
-
-@dataclass
-class LoadRuns:
-    """Every policy's runs at one arrival rate (`fraction` of the open-loop capacity, if measured;
-    `bracketed` False where the capacity is only a lower bound, or, with `above`, where every probe
-    grew, down to the rate the fraction is of), in seed order; their steady windows start after the
-    first `warm_up` of their arrivals."""
-
-    rate: float
-    fraction: float | None
-    runs: dict[str, list[PolicyRun]] = field(default_factory=dict)
-    bracketed: bool = True
-    above: bool = False
-    warm_up: float = STEADY_STATE_TRIM
-
-    @property
-    def candidate(self) -> str:
-        """The policy judged against the others (`candidate_of`)."""
-        return candidate_of(self.runs)
-
-    @property
-    def name(self) -> str:
-        if self.fraction is None:
-            return f"{self.rate:.2f} req/s"
-        of = "" if self.bracketed else " of a lower bound on the capacity"
-        if self.above:
-            of = " of a rate above the capacity"
-        return f"{self.rate:.2f} req/s ({self.fraction:g}x{of})"
-
-    def steady_records(self) -> dict[str, list[RequestRecords]]:
-        """Per policy, each seed's run cut to its steady window."""
-        return {
-            policy: steady([r.bench.records for r in runs], self.warm_up)
-            for policy, runs in self.runs.items()
-        }
-
-    def pooled_records(self) -> dict[str, RequestRecords]:
-        return {p: concatenate_records(runs) for p, runs in self.steady_records().items()}
-
-    def tallies(self) -> dict[str, Tally]:
-        return {p: Tally.total([r.bench.tally for r in runs]) for p, runs in self.runs.items()}
-
-    def analysis(self) -> dict[str, dict[str, Any]]:
-        return {p: pooled([r.analysis for r in runs]) for p, runs in self.runs.items()}
-
-    @functools.cached_property
-    def ratios(self) -> dict[str, dict[str, Ratio]]:
-        """The candidate's paired ratios to each baseline over the whole runs (computed once: read it
-        only when every run is in)."""
-        records = {p: [r.bench.records for r in runs] for p, runs in self.runs.items()}
-        if self.candidate not in records or len(records) < 2:
-            return {}
-        return ratio_rows(records, self.candidate, warm_up=self.warm_up)
-
-
-@dataclass(frozen=True)
-class DemoRuns:
-    loads: list[LoadRuns]
-    placement: Placement | None
-    closed_loop: Capacity | None  # the measurements the rates came from, if measured
-    open_loop: OpenLoopCapacity | None
-
-    def tallies(self) -> list[Tally]:
-        return [t for load in self.loads for t in load.tallies().values()]
 
 
 def config_json(config: DemoConfig) -> dict[str, Any]:
@@ -402,11 +317,12 @@ class _Servers:
             for engine in map(engine_model, policies):
                 (runs / f"{engine}.jsonl").unlink(missing_ok=True)
             work = out / "server"
-            env = server_environment(self._config, self._placement, None, runs / f"{MODEL_PLACEHOLDER}.jsonl")
+            run_logs = runs / f"{MODEL_PLACEHOLDER}.jsonl"
+            engines = engine_settings(self._config, self._placement, None, run_logs)
             log = out / "tritonserver.log"
             logger.info("starting one tritonserver with an engine per policy (log %s)", log)
             repository = policy_repository(work, policies, self._config.repository)
-            self._server = local_server(repository, work, env, log, models=policy_models(policies))
+            self._server = launch_server(repository, work, engines, log, models=policy_models(policies))
             self._endpoints = self._enter(self._server)
         self.run_log = runs / f"{engine_model(policy)}.jsonl"
         return self._endpoints
@@ -450,32 +366,28 @@ class _Servers:
             raise self._errors[0]
 
 
-def server_environment(
+def engine_settings(
     config: DemoConfig, placement: Placement | None, policy: str | None, run_log: Path | None = None
-) -> dict[str, str]:
-    """The settings a run's server starts with (`triton.settings`' environment overrides); `policy`
-    None leaves each engine its model.json's."""
-    env = {MODEL_ENV: str(config.model.resolve())}
-    if policy is not None:
-        env[POLICY_ENV] = policy
-    if placement is not None:
-        env.update(placement.environment())
-    if config.front_end is not None:
-        env[FRONT_END_ENV] = config.front_end
-    if config.engine_args:
-        env[ENGINE_ARGS_ENV] = config.engine_args
-    if run_log is not None:
-        env[RUN_LOG_ENV] = str(run_log)
-    return env
+) -> EngineSettings:
+    """The settings a run's server starts its engines with; `policy` None leaves each engine its
+    model.json's."""
+    return EngineSettings(
+        model=config.model,
+        policy=policy,
+        front_end=config.front_end,
+        engine_args=config.engine_args,
+        run_log=run_log,
+        env={} if placement is None else placement.environment(),
+    )
 
 
 def _server(
     config: DemoConfig, placement: Placement | None, policy: str, run_name: str, run_log: Path | None = None
 ) -> AbstractContextManager[Endpoints]:
-    env = server_environment(config, placement, policy, run_log)
+    engines = engine_settings(config, placement, policy, run_log)
     log = config.out.resolve() / f"tritonserver-{run_name}.log"
     logger.info("%s: starting tritonserver (log %s)", run_name, log)
-    return local_server(config.repository, config.out.resolve() / "server", env=env, log_file=log)
+    return launch_server(config.repository, config.out.resolve() / "server", engines, log)
 
 
 def _bench_config(

@@ -1,11 +1,11 @@
-"""What the demo's runs say, before any is printed: the candidate policy and its targets per mix, each
-run's machine speed, and the starvation bound the longest video waits of a run are held to."""
+"""What the demo's runs say, before any is printed: the candidate policy and its targets per mix, how
+far paired runs' machine speeds may differ, and the starvation bound the longest video waits of a run
+are held to. It imports no run (`demo_records` holds them, and imports it), so `loadtest.claims`
+reads it without the load client."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,10 +13,6 @@ from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.scheduling.parameters import Policy, PressureSettings, class_ladder, in_time_units
 from rps_serve.scheduling.regulator import starvation_bound_s
-
-if TYPE_CHECKING:
-    from rps_serve.loadtest.demo import PolicyRun
-
 
 CANDIDATE = "rps"  # the paper's policy: the candidate where every policy of a run is stock
 
@@ -49,21 +45,9 @@ WITHDRAWN: dict[str, dict[tuple[str, str], str]] = {
         "2026, neither met nor missed.",
     ),
 }
-# Paired runs whose machine speed (`run_speed`) differs by more than this are named (and nothing
-# else): the same runs of one policy on this machine scatter by about 6% in it.
+# Paired runs whose machine speed (`demo_records.run_speed`) differs by more than this are named (and
+# nothing else): the same runs of one policy on this machine scatter by about 6% in it.
 SPEED_TOLERANCE = 0.15
-
-
-def run_speed(run: PolicyRun) -> float:
-    """The machine's speed in a run: its median step that decodes one request and nothing else
-    (`run_analysis.engine_summary`), the same work under every policy; NaN where it had too few such
-    steps to measure it (`run_analysis.MIN_LONE_DECODE_STEPS`)."""
-    return float(run.analysis["engine"].get("lone_decode_step_ms", math.nan))
-
-
-def speed_change(candidate: PolicyRun, baseline: PolicyRun) -> float:
-    """How much slower (> 0) or faster (< 0) the candidate's run found the machine than the baseline's."""
-    return run_speed(candidate) / run_speed(baseline) - 1
 
 
 def starvation_check(

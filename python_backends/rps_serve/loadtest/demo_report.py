@@ -13,15 +13,9 @@ import numpy as np
 from rps_serve.comparison import HEADLINE_METRICS, steady
 from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.demo import DemoConfig, DemoRuns, LoadRuns, PolicyRun, config_json, run_plan
-from rps_serve.loadtest.demo_analysis import (
-    SPEED_TOLERANCE,
-    TARGETS,
-    candidate_of,
-    run_speed,
-    speed_change,
-    starvation_check,
-)
+from rps_serve.loadtest.demo import DemoConfig, config_json, run_plan
+from rps_serve.loadtest.demo_analysis import SPEED_TOLERANCE, TARGETS, candidate_of, starvation_check
+from rps_serve.loadtest.demo_records import DemoRuns, LoadRuns, PolicyRun, run_speed, speed_change
 from rps_serve.loadtest.tables import formatted, seconds
 from rps_serve.metrics import grouped_metrics
 from rps_serve.requests import Modality

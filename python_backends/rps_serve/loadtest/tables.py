@@ -14,7 +14,7 @@ from rps_serve.metrics import RequestRecords, grouped_metrics
 from rps_serve.requests import Modality, RequestClass
 
 if TYPE_CHECKING:
-    from rps_serve.loadtest.demo import PolicyRun
+    from rps_serve.loadtest.demo_records import PolicyRun
 
 
 def ttft_table(records: dict[str, RequestRecords]) -> str:

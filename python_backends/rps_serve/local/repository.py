@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path, profile_source
 from rps_serve.cost.training import TrainingOptions, train_cost_model
-from rps_serve.local.checkout import PROFILES, REPOSITORY
+from rps_serve.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
 from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
@@ -62,6 +62,21 @@ def ensure_tiny_model(path: Path, spec: TinyModelSpec | None = None) -> bool:
     logger.info("building the tiny Qwen2-VL into %s", path)
     build_tiny_model(path, spec or TinyModelSpec())
     return True
+
+
+def ready_to_serve(
+    repository: Path, model: Path | None = None, report: Callable[[str], None] = logger.info
+) -> Path:
+    """The model a server on `repository` runs, made ready, as `rps-serve serve` does: `model`, else
+    model.json's, which names the tiny model as it ships (built first, without `model`, if missing),
+    and the repository's cost models made for it if missing (`ensure_cost_models`); `report` hears of
+    what was built."""
+    if model is None and ensure_tiny_model(TINY_MODEL):
+        report(f"built the tiny model into {TINY_MODEL}")
+    served = model or read_settings(repository / SETTINGS_FILE, repository).model
+    if source := ensure_cost_models(repository, served):
+        report(f"trained the cost models into {repository} on {source}")
+    return served
 
 
 def online_refit_copy(work: Path, interval_s: float) -> Path:

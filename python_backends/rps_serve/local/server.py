@@ -5,6 +5,9 @@ interpreter and the ONNX Runtime stand-in (`local/onnxruntime_backend.py`) are a
 bundle has no ONNX Runtime backend, and Triton serves a `backends/<name>/model.py` as a Python-based
 backend, so a repository written for the real backend loads unchanged. The stub runs its Python in
 isolated mode and finds the virtualenv only through `PATH`, so the venv's bin goes first.
+
+`launch_server` is the one way the commands, the demo and the benchmarks start it: `local_server`, its
+engines set through `triton.settings`' environment overrides (`EngineSettings`).
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rps_serve.process_tree import process_tree
+from rps_serve.triton.settings import ENGINE_ARGS_ENV, FRONT_END_ENV, MODEL_ENV, POLICY_ENV, RUN_LOG_ENV
+from rps_serve.vllm_plugin.cpu_env import cpu_engine_environment
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +288,53 @@ def local_server(
             mapped = {p for p in shm_mapped_by(process.pid) if not p.name.startswith(shm_prefix)}
             _stop(process)
             remove_shm(shm_prefix, mapped)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What a local server's engines start with over their model.json (`triton.settings`' environment
+    overrides): the model, the policy, the front end and engine arguments (JSON, key by key), each None
+    or empty to keep model.json's, and the run log each writes (`triton.run_log`), if any; `env` is more
+    of the server's environment (a placement's)."""
+
+    model: Path | None = None
+    policy: str | None = None
+    front_end: str | None = None
+    engine_args: str = ""
+    run_log: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def environment(self) -> dict[str, str]:
+        """The overrides, paths made absolute (the server's processes need not share this one's
+        working directory)."""
+        env = {MODEL_ENV: str(self.model.resolve())} if self.model is not None else {}
+        if self.policy is not None:
+            env[POLICY_ENV] = self.policy
+        env.update(self.env)
+        if self.front_end is not None:
+            env[FRONT_END_ENV] = self.front_end
+        if self.engine_args:
+            env[ENGINE_ARGS_ENV] = self.engine_args
+        if self.run_log is not None:
+            env[RUN_LOG_ENV] = str(self.run_log.absolute())
+        return env
+
+
+def launch_server(
+    repository: Path,
+    workdir: Path,
+    engines: EngineSettings = EngineSettings(),
+    log_file: Path | None = None,
+    ports: Ports = Ports(),
+    load_timeout_s: float = 900.0,
+    models: Sequence[str] = (),
+) -> AbstractContextManager[Endpoints]:
+    """The local server the commands, the demo and the benchmarks start: `local_server` on
+    `repository` (its tree and, unless `log_file`, its log in `workdir`), its engines started with
+    `engines`, vLLM's sockets and caches under `workdir`/vllm where this process's environment does not
+    place them already (`vllm_plugin.cpu_env`)."""
+    env = {**cpu_engine_environment(workdir / "vllm"), **engines.environment()}
+    return local_server(repository, workdir, env, log_file, load_timeout_s, ports, models=models)
 
 
 def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:

@@ -13,6 +13,13 @@ def configure_cpu_engine_environment(workdir: Path, kv_cache_gib: int = 1) -> No
     refuses to start; without the paths it writes sockets and caches to shared locations.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    os.environ.update(cpu_engine_environment(workdir, kv_cache_gib))
+
+
+def cpu_engine_environment(workdir: Path, kv_cache_gib: int = 1) -> dict[str, str]:
+    """What `configure_cpu_engine_environment` would add to this process's environment, for another
+    process's alone (a server's): the values the environment lacks, `workdir` made if they place
+    anything there."""
     defaults = {
         "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
         "VLLM_RPC_BASE_PATH": str(workdir),
@@ -21,8 +28,10 @@ def configure_cpu_engine_environment(workdir: Path, kv_cache_gib: int = 1) -> No
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    for key, value in defaults.items():
-        os.environ.setdefault(key, value)
+    missing = {key: value for key, value in defaults.items() if key not in os.environ}
+    if {"VLLM_RPC_BASE_PATH", "VLLM_CACHE_ROOT"} & set(missing):
+        workdir.mkdir(parents=True, exist_ok=True)
+    return missing
 
 
 OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"

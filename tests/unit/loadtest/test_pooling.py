@@ -15,16 +15,9 @@ from rps_serve.client import Tally
 from rps_serve.comparison import ratio_rows
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.demo import (
-    DemoConfig,
-    LoadRuns,
-    PolicyRun,
-    arrivals_ahead,
-    run_order,
-    run_plan,
-    server_environment,
-)
+from rps_serve.loadtest.demo import DemoConfig, arrivals_ahead, engine_settings, run_order, run_plan
 from rps_serve.loadtest.demo_analysis import CANDIDATE, candidate_of
+from rps_serve.loadtest.demo_records import LoadRuns, PolicyRun
 from rps_serve.loadtest.demo_report import fit_lines, machine_speed_lines, target_lines, wait_lines
 from rps_serve.loadtest.load import BenchRun
 from rps_serve.loadtest.server_stats import ServedFit
@@ -270,12 +263,15 @@ def test_a_capacity_never_bracketed_is_named_a_lower_bound() -> None:
 def test_engine_arguments_reach_every_server_through_the_settings(tmp_path: Path) -> None:
     engine_args = '{"num_gpu_blocks_override": 96}'
     config = DemoConfig(REPOSITORY, tmp_path, tmp_path, engine_args=engine_args)
-    env = server_environment(config, None, "rps")
+    env = engine_settings(config, None, "rps").environment()
     settings = read_settings(REPOSITORY / SETTINGS_FILE, REPOSITORY, env)
     assert settings.engine_args["num_gpu_blocks_override"] == 96
     assert settings.engine_args["max_num_batched_tokens"] == 2048  # model.json's others kept
     assert settings.policy.value == "rps"
-    assert ENGINE_ARGS_ENV not in server_environment(DemoConfig(REPOSITORY, tmp_path, tmp_path), None, "rps")
+    assert (
+        ENGINE_ARGS_ENV
+        not in engine_settings(DemoConfig(REPOSITORY, tmp_path, tmp_path), None, "rps").environment()
+    )
 
 
 def test_the_candidate_is_the_policy_that_is_not_stock() -> None:

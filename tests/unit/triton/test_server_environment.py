@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from rps_serve.local import server
 from rps_serve.local.server import (
     SHM_DIR,
     SHM_PREFIX,
+    Endpoints,
+    EngineSettings,
     Ports,
+    launch_server,
     models_still_loading,
     remove_shm,
     remove_stale_shm,
@@ -20,6 +26,8 @@ from rps_serve.local.server import (
     server_environment,
     shm_mapped_by,
 )
+from rps_serve.triton.settings import ENGINE_ARGS_ENV, RUN_LOG_ENV, SETTINGS_FILE, read_settings
+from tests.checkout import REPOSITORY
 
 
 def test_malloc_arenas_are_capped_unless_the_caller_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,3 +129,39 @@ def test_chosen_ports_are_distinct_free_and_outside_the_kernels_own_range() -> N
                 probe.bind(("127.0.0.1", port))
     given = Ports(http=8000).endpoints()
     assert given.http_port == 8000 and 8000 not in (given.grpc_port, given.metrics_port)
+
+
+def test_a_launched_server_s_engines_see_the_settings_given_and_vllm_s_places_under_its_workdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `launch_server` hands `local_server` (which the e2e tier starts for real)."""
+    started: dict[str, Mapping[str, str]] = {}
+
+    @contextlib.contextmanager
+    def fake_server(
+        repository: Path, workdir: Path, env: Mapping[str, str], *args: object, **kwargs: object
+    ) -> Iterator[Endpoints]:
+        started["env"] = env
+        yield Endpoints(1, 2, 3)
+
+    monkeypatch.setattr(server, "local_server", fake_server)
+    monkeypatch.chdir(tmp_path)
+    for name in ("VLLM_RPC_BASE_PATH", "VLLM_CACHE_ROOT", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")  # this process's value stays the server's
+    engines = EngineSettings(model=Path("model"), policy="fcfs", run_log=Path("runs") / "fcfs.jsonl")
+    with launch_server(REPOSITORY, tmp_path / "server", engines):
+        pass
+    env = started["env"]
+    settings = read_settings(REPOSITORY / SETTINGS_FILE, REPOSITORY, env)
+    assert (settings.model, settings.policy.value) == ((tmp_path / "model").resolve(), "fcfs")
+    assert env[RUN_LOG_ENV] == str(tmp_path / "runs" / "fcfs.jsonl")
+    assert ENGINE_ARGS_ENV not in env
+    assert env["VLLM_RPC_BASE_PATH"] == str(tmp_path / "server" / "vllm")
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert "VLLM_RPC_BASE_PATH" not in os.environ  # for the server alone
+
+
+def test_engine_settings_left_empty_keep_model_json_s() -> None:
+    assert EngineSettings().environment() == {}
