@@ -21,7 +21,7 @@ from typing import Any
 
 from rps_serve.comparison import HEADLINE_METRICS, Ratio
 from rps_serve.loadtest.demo_analysis import WITHDRAWN
-from rps_serve.workload.content import TRACE_TEXTS
+from rps_serve.workload.prompts import TRACE_TEXTS
 
 # The claims page fits one screen: one row per claim, the run-by-run detail on the log page.
 PAGE_LINES = 60

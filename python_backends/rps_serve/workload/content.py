@@ -24,10 +24,6 @@ from rps_serve.workload.trace import Trace
 
 _KINDS = list(RequestKind)
 
-# How `ContentPlan.contents` sizes texts, as a run's record names it (`loadtest.claims.trace_texts`):
-# words that are one token each on the served tokenizer, as many as the trace's text tokens.
-TRACE_TEXTS = "tokens"
-
 
 @dataclass(frozen=True)
 class ContentLimits:

@@ -6,6 +6,12 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+# How `workload.content.ContentPlan.contents` sizes texts, as a run's record names it
+# (`loadtest.claims.trace_texts`): words that are one token each on the served tokenizer, as many as
+# the trace's text tokens. (Here, not in `content`, so that the claims page reads it without the
+# served model's processor.)
+TRACE_TEXTS = "tokens"
+
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "an", "el", "or", "is", "um", "pe", "da")
 # The words a request's text may be made of where its token count matters: short, so that a large
 # vocabulary keeps many of them whole (the tiny models' tokenizer, trained on such text, 237 of 240).

@@ -23,7 +23,7 @@ from rps_serve.loadtest.claims import (
 )
 from rps_serve.metrics import RequestRecords
 from rps_serve.requests import Modality
-from rps_serve.workload.content import TRACE_TEXTS
+from rps_serve.workload.prompts import TRACE_TEXTS
 from tests.checkout import CHECKOUT
 
 RESULTS = CHECKOUT / "docs" / "results"
