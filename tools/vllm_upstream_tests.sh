@@ -14,7 +14,7 @@
 #   VENV          venv with vllm (the version below) and rps_serve installed   [build/venv-vllm-0.33.0]
 #   VLLM_VERSION  the vLLM release whose tests to run                         [0.33.0]
 #   VLLM_SDIST    an sdist already on disk (else it is fetched from PyPI into WORK_DIR)
-#   WORK_DIR      where the sdists, their tests, the fake hub and the logs go  [build/vllm-upstream]
+#   WORK_DIR      where the sdists, their tests, the fake hubs and the logs go [build/vllm-upstream]
 #   PYPI_SIMPLE   the package index's simple API                              [https://pypi.org/simple]
 #
 # Logs and JUnit XML go to WORK_DIR/logs/VLLM_VERSION/SCHEDULER.{log,xml}, one folder per version.
@@ -115,8 +115,9 @@ run_pytest() {
         cd "$SRC"
         # --noconftest: vLLM's root conftest needs its full test requirements; the plug-in has the
         # fixtures these tests use. This repository's tests/ on the path makes `vllm_upstream` importable.
+        # A fake hub (and the caches beside it) per release: `make test` runs both releases at once.
         PYTHONPATH="$REPO/tests${PYTHONPATH:+:$PYTHONPATH}" VLLM_TARGET_DEVICE=cpu \
-            RPS_UPSTREAM_HUB="$WORK_DIR/hub" \
+            RPS_UPSTREAM_HUB="$WORK_DIR/$VLLM_VERSION/hub" \
             "$PYTHON" -m pytest -p no:cacheprovider --noconftest -p vllm_upstream.plugin \
             --rps-scheduler="$scheduler" "${XFAIL_ARGS[@]}" -q -rfEsxX --tb=short \
             --junitxml="$LOG_DIR/$scheduler.xml" "$@"

@@ -13,11 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rps_serve.cli.arguments import cost_model_source
-from rps_serve.local.repository import train_reference_cost_models
 from rps_serve.local.server import free_port, prepare_server_tree, server_environment
-from rps_serve.local.tiny_model import Family, TinyModelSpec, build_tiny_model
-from tests.checkout import CHECKOUT, REPOSITORY
+from rps_serve.local.tiny_model import Family, TinyModelSpec
+from tests.checkout import CHECKOUT
+from tests.e2e.builds import tiny_model, trained_repository
 
 SCRIPT = CHECKOUT / "tools" / "gpu_check.sh"
 REQUESTS = 8
@@ -34,17 +36,16 @@ def test_the_script_is_valid_bash_and_passes_shellcheck() -> None:
     assert result.returncode == 0, result.stdout
 
 
-def test_the_script_profiles_the_model_then_compares_fcfs_and_rps_on_a_real_server(tmp_path: Path) -> None:
-    model = tmp_path / "tiny-llava-onevision"
-    build_tiny_model(
-        model,
+def test_the_script_profiles_the_model_then_compares_fcfs_and_rps_on_a_real_server(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model = tiny_model(
+        tmp_path_factory,
         TinyModelSpec(
             Family.LLAVA_ONEVISION, layers=2, hidden=128, image_size=384, video_size=384, video_frames=4
         ),
     )
-    repository = tmp_path / "model_repository"
-    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
-    train_reference_cost_models(repository)  # as the image is built
+    repository = trained_repository(tmp_path_factory, tmp_path / "model_repository")
     tree = prepare_server_tree(tmp_path / "server")
     vllm_dir = tmp_path / "vllm"
     out = tmp_path / "out"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -21,16 +20,16 @@ import pytest
 from rps_serve.client import Generation, StreamClient, StreamResult, encode_image, encode_video
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.loadtest.server_stats import MetricsSnapshot, scrape
-from rps_serve.local.repository import policy_models, policy_repository, train_reference_cost_models
+from rps_serve.local.repository import policy_models, policy_repository
 from rps_serve.local.server import Endpoints, local_server
-from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
+from rps_serve.local.tiny_model import TinyModelSpec
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 from rps_serve.workload.media import random_image, random_video
 from rps_serve.workload.prompts import filler_text
-from tests.checkout import REPOSITORY
+from tests.e2e.builds import tiny_model, trained_repository
 from tests.prompts import chat_prompt
 
 # 224x224 image -> 64 placeholder tokens; videos are sampled to 8 frames of 224x224 -> 256.
@@ -64,11 +63,8 @@ def start_server(
     to the server's environment (`RPS_POLICY`, say). With `policies`, the server holds an engine per
     policy behind its own ensemble (`policy_repository`), and not the repository's own."""
     work = tmp_path_factory.mktemp("triton")
-    model = work / f"tiny-{spec.family.value}"
-    build_tiny_model(model, spec)
-    repository = work / "model_repository"
-    shutil.copytree(REPOSITORY, repository, ignore=shutil.ignore_patterns("*.onnx", "cost_model_report.json"))
-    train_reference_cost_models(repository)
+    model = tiny_model(tmp_path_factory, spec)
+    repository = trained_repository(tmp_path_factory, work / "model_repository")
     settings_file = repository / SETTINGS_FILE
     written = {**json.loads(settings_file.read_text()), **(settings or {})}
     written["media"] = {**written["media"], **(media or {})}

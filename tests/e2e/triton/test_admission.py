@@ -174,9 +174,8 @@ def test_a_burst_beyond_the_limit_ends_with_refusals_counted_and_nothing_lost(
     trace_file, slo, out = tmp_path / "burst.jsonl", tmp_path / "slo.json", tmp_path / "bench.json"
     write_trace(trace_file, trace)
     slo.write_text(json.dumps({"text": 1.0, "image": 1.0, "video": 1.0}))
-    model = server.repository.parent / "tiny-qwen2-vl"
-    argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file), "--model", str(model),
-            "--slo", str(slo), "--json", str(out), "--no-progress"]  # fmt: skip
+    argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file),
+            "--model", str(server.model), "--slo", str(slo), "--json", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     (result,) = json.loads(out.read_text())["results"].values()
     counts = result["requests"]

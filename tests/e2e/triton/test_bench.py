@@ -23,10 +23,6 @@ METRICS = {"ttft", "tpot", "e2e", "norm_latency"}
 KINDS = list(RequestKind)
 
 
-def _model(server: Server) -> Path:
-    return server.repository.parent / "tiny-qwen2-vl"
-
-
 def _trace() -> Trace:
     kinds = [RequestKind.SHORT_TEXT, RequestKind.IMAGE, RequestKind.LONG_TEXT, RequestKind.VIDEO,
              RequestKind.SHORT_TEXT, RequestKind.IMAGE]  # fmt: skip
@@ -44,7 +40,7 @@ def test_bench_measures_a_trace_in_the_simulators_json_shape(server: Server, tmp
     trace_file, out, plot = tmp_path / "trace.jsonl", tmp_path / "bench.json", tmp_path / "ttft.png"
     write_trace(trace_file, trace)
     argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file),
-            "--model", str(_model(server)), "--isolated", "1", "--max-text-tokens", "300",
+            "--model", str(server.model), "--isolated", "1", "--max-text-tokens", "300",
             "--label", "fcfs-or-rps", "--json", str(out), "--plot", str(plot), "--no-progress",
             "--metrics-url", server.endpoints.metrics_url]  # fmt: skip
     assert main(argv) == 0
@@ -100,7 +96,7 @@ def test_bench_takes_slos_from_a_file(server: Server, tmp_path: Path) -> None:
     slo_file.write_text(json.dumps({"text": 1e-6, "image": 1.0, "video": 1.0}))  # no request can meet it
     out = tmp_path / "bench.json"
     argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(tmp_path / "trace.jsonl"), "--model",
-            str(_model(server)), "--json", str(out), "--no-progress"]  # fmt: skip
+            str(server.model), "--json", str(out), "--no-progress"]  # fmt: skip
     assert main([*argv, "--slo", str(slo_file)]) == 0
     result = json.loads(out.read_text())["results"]["server"]
     assert result["slo"]["ttft_slo_s"]["text"] == 1e-6
@@ -114,7 +110,7 @@ def test_perf_analyzer_runs_on_the_ensemble(server: Server, tmp_path: Path) -> N
     """The real binary (from the tritonclient 2.51 wheel, fetched once into build/) on text requests."""
     # From the tritonclient 2.51 wheel on PyPI, which the set-up needs anyway: no registry is a failure.
     binary = ensure_perf_analyzer(CHECKOUT / "build" / "perf_analyzer")
-    served = RequestFormat.of_model(_model(server))
+    served = RequestFormat.of_model(server.model)
     files = perf_input_files(tmp_path / "inputs", served, per_modality=2, seed=0, max_tokens=4)
     run = PerfRun(server.endpoints.grpc_url, "rps_ensemble", files[Modality.TEXT], tmp_path / "text.csv",
                   concurrency="1", measurement_ms=2000, max_trials=5)  # fmt: skip

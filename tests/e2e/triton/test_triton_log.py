@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rps_serve.local.server import local_server
-from rps_serve.local.tiny_model import build_tiny_model
 from rps_serve.triton.settings import MODEL_ENV
 from tests.checkout import REPOSITORY
+from tests.e2e.builds import tiny_model
 from tests.e2e.triton.conftest import SPEC
 
 IDLE_MODEL = """
@@ -27,9 +27,7 @@ TRITON_LINE = re.compile(r"^[IWEV]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\] ")
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "tiny"
-    build_tiny_model(path, SPEC)
-    return path
+    return tiny_model(tmp_path_factory, SPEC)
 
 
 def served_log(model: Path, work: Path, log_verbose: int) -> list[str]:
