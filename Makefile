@@ -111,10 +111,12 @@ lint: setup
 # Everything, failing fast: lint, the unit tier (seconds), the end-to-end tests on a real tritonserver
 # and vLLM engine, then vLLM's own scheduler tests against the RPS scheduler on both supported
 # releases (what CI runs).
-test: lint
-	$(BIN)/pytest -m "not e2e" -q
-	$(BIN)/pytest -m e2e
-	$(MAKE) vllm-upstream-tests
+# Each tier's wall time is printed as it ends (tools/tier.sh).
+test: setup
+	tools/tier.sh lint $(MAKE) --no-print-directory lint
+	tools/tier.sh unit $(BIN)/pytest -m "not e2e" -q
+	tools/tier.sh e2e $(BIN)/pytest -m e2e
+	tools/tier.sh vllm-upstream $(MAKE) --no-print-directory vllm-upstream-tests
 
 # vLLM's own V1 scheduler tests (from each release's source distribution) run offline against
 # RPSScheduler and RPSAsyncScheduler (tests/vllm_upstream/; known failures explained in its

@@ -7,11 +7,11 @@ videos in all three classes) at `LOADS` x the simulated capacity, seeds `h100_co
 first token over whole runs (the drain too), the longest over the seeds, for the policy and beside it
 the stock priorities and FCFS.
 
-The guarantee checked is the one docs/limits-and-guarantees.md states: in every run, no class waits
-longer under the policy than under the better of the two stock priorities on the same trace, times
-`STOCK_MARGIN` (one run's longest wait is one request's: the margin covers a request that the class
-order happens to hand a busier step, not a trend). The checks are printed per load, run by run; the
-command exits non-zero where one fails, so a change that lets a class starve fails it.
+The guarantee checked is the one docs/limits-and-guarantees.md states (`comparison.wait_checks`): in
+every run, no class waits longer under the policy than `comparison.STOCK_WAIT_MARGIN` times its longest
+wait under the better of the two stock priorities on the same trace. Every check is counted, each
+failure printed; the command exits non-zero where one fails, so a change that lets a class starve
+fails it.
 """
 
 from __future__ import annotations
@@ -20,72 +20,39 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from h100_comparison import DEPLOYMENTS, SEEDS, Comparison, Setting, _model
-from rps_serve.metrics import RequestRecords
+from rps_serve.comparison import STOCK_WAIT_MARGIN, WaitCheck, longest_ttft_per_class, wait_checks
 from rps_serve.requests import RequestClass
 from rps_serve.sim.simulator import policy_variant
 
 MIX = "mixed-iii"
 LOADS = (0.5, 0.7, 0.9, 1.1, 1.3)
 STOCK_PRIORITIES = ("vllm-priority", "modality-priority")
-STOCK_MARGIN = 1.25
 
 
-def longest_per_class(records: RequestRecords) -> dict[str, float]:
-    """Per class label, the longest TTFT of the run (NaN for a class with no first token)."""
-    longest = {}
-    for level in range(records.num_levels):
-        ttft = records.ttft[records.level == level]
-        finite = ttft[np.isfinite(ttft)]
-        label = RequestClass.for_level(level, records.num_levels).label
-        longest[label] = float(finite.max()) if finite.size else float("nan")
-    return longest
-
-
-@dataclass(frozen=True)
-class Check:
-    """One run's longest wait of one class under the policy against the better stock priority's."""
-
-    seed: int
-    label: str
-    policy_s: float
-    stock_s: float
-
-    @property
-    def holds(self) -> bool:
-        return not self.policy_s > STOCK_MARGIN * self.stock_s
-
-
-def sweep(comparison: Comparison, policy: str) -> tuple[list[dict[str, object]], list[Check]]:
+def sweep(comparison: Comparison, policy: str) -> tuple[list[dict[str, object]], list[WaitCheck]]:
     """Print each deployment's table of longest waits by load; returns them as JSON and every check."""
     policies = ("fcfs", *STOCK_PRIORITIES, policy)
+    labels = [c.label for c in RequestClass]
     results: list[dict[str, object]] = []
-    checks: list[Check] = []
+    checks: list[WaitCheck] = []
     for reference, gpus in DEPLOYMENTS:
         capacity = comparison.capacity(reference, gpus, Setting(MIX, MIX, 1.0))
         print(f"### {_model(reference, gpus)}, {MIX}, capacity {capacity.rate:.2f} req/s\n")
-        labels = [c.label for c in RequestClass]
         print(
             "| load | policy | " + " | ".join(f"longest {label} TTFT (s)" for label in labels) + " |\n"
             "|---:|---|" + "---:|" * len(labels)
         )
         for load in LOADS:
             runs, _ = comparison.runs(reference, gpus, Setting(MIX, MIX, load), policies)
-            per_run = {p: [longest_per_class(r) for r in runs[p]] for p in policies}
+            per_run = {p: [longest_ttft_per_class(r) for r in runs[p]] for p in policies}
             longest = {p: {c: max(run[c] for run in per_run[p]) for c in labels} for p in policies}
             for p in policies:
                 print(f"| {load:g} | {p} | " + " | ".join(f"{longest[p][c]:.3g}" for c in labels) + " |")
-            load_checks = [
-                Check(seed, c, mine[c], min(per_run[s][i][c] for s in STOCK_PRIORITIES))
-                for i, (seed, mine) in enumerate(zip(SEEDS, per_run[policy], strict=True))
-                for c in labels
-                if np.isfinite(mine[c])
-            ]
+            load_checks = wait_checks(runs[policy], {s: runs[s] for s in STOCK_PRIORITIES})
             checks += load_checks
             results.append(
                 {
@@ -95,7 +62,7 @@ def sweep(comparison: Comparison, policy: str) -> tuple[list[dict[str, object]],
                     "capacity": capacity.rate,
                     "longest_s": longest,
                     "per_run_s": per_run,
-                    "failed_checks": [vars(c) for c in load_checks if not c.holds],
+                    "failed_checks": [asdict(c) for c in load_checks if not c.holds],
                 }
             )
         print()
@@ -119,11 +86,11 @@ def main() -> None:
     results, checks = sweep(Comparison(args.requests, args.out), args.policy)
     failed = [c for c in checks if not c.holds]
     print(
-        f"{args.policy} within {STOCK_MARGIN:g}x the better stock priority's longest wait, per run and"
-        f" class: {len(checks) - len(failed)} of {len(checks)} checks hold"
+        f"{args.policy} within {STOCK_WAIT_MARGIN:g}x the better stock priority's longest wait, per run"
+        f" and class: {len(checks) - len(failed)} of {len(checks)} checks hold"
     )
     for c in failed:
-        print(f"- over: seed {c.seed}, {c.label}: {c.policy_s:.3g} s against {c.stock_s:.3g} s")
+        print(f"- over: seed {SEEDS[c.run]}, {c.label}: {c.policy_s:.3g} s against {c.stock_s:.3g} s")
     (args.out / "longest_wait.json").write_text(json.dumps(results, indent=1) + "\n")
     sys.exit(1 if failed else 0)
 

@@ -29,7 +29,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from rps_serve.metrics import STEADY_STATE_TRIM, RequestRecords
-from rps_serve.requests import Modality
+from rps_serve.requests import Modality, RequestClass
 from rps_serve.workload.shapes import RequestKind
 
 _SHORT_TEXT = list(RequestKind).index(RequestKind.SHORT_TEXT)
@@ -265,3 +265,51 @@ def ratio_rows(
         for baseline, runs in records.items()
         if baseline != candidate
     }
+
+
+# The starvation guarantee of a policy without an aging clock (docs/limits-and-guarantees.md): in every
+# run, each class's longest wait for its first token is at most this multiple of its longest under the
+# better stock priority on the same trace. One run's longest wait is one request's: the margin covers a
+# request that the class order hands a busier step, not a trend.
+STOCK_WAIT_MARGIN = 1.25
+
+
+def longest_ttft_per_class(records: RequestRecords) -> dict[str, float]:
+    """Per class label, the longest TTFT of the whole run (NaN for a class with no first token)."""
+    longest = {}
+    for level in range(records.num_levels):
+        ttft = _finite_part(records.ttft[records.level == level])
+        label = RequestClass.for_level(level, records.num_levels).label
+        longest[label] = float(ttft.max()) if ttft.size else float("nan")
+    return longest
+
+
+@dataclass(frozen=True)
+class WaitCheck:
+    """One run's longest wait of one class under a policy against the better stock priority's."""
+
+    run: int
+    label: str
+    policy_s: float
+    stock_s: float
+
+    @property
+    def holds(self) -> bool:
+        return not self.policy_s > STOCK_WAIT_MARGIN * self.stock_s
+
+
+def wait_checks(
+    candidate: Sequence[RequestRecords], stock: Mapping[str, Sequence[RequestRecords]]
+) -> list[WaitCheck]:
+    """The guarantee per run (paired by index: the same trace) and class that got a first token under
+    the candidate, against the shortest longest wait of the `stock` policies' runs (infinite where
+    none of them gave that class a first token)."""
+    checks = []
+    for run, records in enumerate(candidate):
+        mine = longest_ttft_per_class(records)
+        theirs = [longest_ttft_per_class(runs[run]) for runs in stock.values()]
+        for label, policy_s in mine.items():
+            if math.isfinite(policy_s):
+                stock_s = min((t[label] for t in theirs if math.isfinite(t[label])), default=math.inf)
+                checks.append(WaitCheck(run, label, policy_s, stock_s))
+    return checks

@@ -1,4 +1,4 @@
-"""The demo's report: the lines printed under its tables (targets, the starvation bound, the cost
+"""The demo's report: the lines printed under its tables (targets, the starvation guarantee, the cost
 model served, the machine's speed) and the files it writes (`demo.json`, `claims.json`, TTFT plots)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.comparison import HEADLINE_METRICS, steady
+from rps_serve.comparison import HEADLINE_METRICS, STOCK_WAIT_MARGIN, steady, wait_checks
 from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale
 from rps_serve.cost.training import fit_of_report
 from rps_serve.loadtest.demo import DemoConfig, config_json, run_plan
@@ -19,6 +19,7 @@ from rps_serve.loadtest.demo_records import DemoRuns, LoadRuns, PolicyRun, run_s
 from rps_serve.loadtest.tables import formatted, seconds
 from rps_serve.metrics import grouped_metrics
 from rps_serve.requests import Modality
+from rps_serve.scheduling.parameters import Order, Policy
 from rps_serve.triton.settings import SETTINGS_FILE, read_settings
 from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
 
@@ -38,18 +39,27 @@ def target_lines(load: LoadRuns, repository: Path, mix: str) -> list[str]:
 
 def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
     """Each policy's longest video wait for its first token in every run (whole runs: the drain too),
-    and the candidate's against the starvation bound of its run (`starvation_check`): a bound holds
-    only if every run is within it."""
+    and the candidate's guarantee: under an aging clock (rps), its heavier classes' videos against the
+    starvation bound of their run (`starvation_check`); without one, each class's longest wait against
+    the better stock priority's on the same seed (`comparison.wait_checks`). Holds only if every run
+    is within it."""
     if load.candidate not in load.runs:
         return []
-    scale = aging_time_scale(repository)
-    rps = read_settings(repository / SETTINGS_FILE, repository).rps
-    hold_s = RPSConfig.from_additional_config({CONFIG_KEY: rps}).decode_hold_s * scale
     lines = []
     for policy, runs in load.runs.items():
         videos = [r.bench.records.ttft[r.bench.records.modality == Modality.VIDEO.index] for r in runs]
         longest = ", ".join(seconds(float(np.nanmax(v)) if np.isfinite(v).any() else None) for v in videos)
         lines.append(f"{policy}: longest video TTFT per run (s): {longest}")
+    if Policy.parse(load.candidate).row.order is Order.STATIC_AND_AGING:
+        return lines + _starvation_bound_lines(load, repository)
+    return lines + _stock_wait_lines(load)
+
+
+def _starvation_bound_lines(load: LoadRuns, repository: Path) -> list[str]:
+    scale = aging_time_scale(repository)
+    rps = read_settings(repository / SETTINGS_FILE, repository).rps
+    hold_s = RPSConfig.from_additional_config({CONFIG_KEY: rps}).decode_hold_s * scale
+    lines = []
     checks = [starvation_check(run.bench.records, scale, hold_s) for run in load.runs[load.candidate]]
     for label in sorted({label for check in checks for label in check}):
         per_run = [check[label] for check in checks if label in check]
@@ -59,6 +69,28 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
         lines.append(
             f"{load.candidate} {label} videos against the starvation bound, per run: {shown} ({verdict}; "
             f"aging clock {scale:.2f}x the paper's; decode hold {hold_s:.2f} s)"
+        )
+    return lines
+
+
+def _stock_wait_lines(load: LoadRuns) -> list[str]:
+    stock = {
+        policy: [run.bench.records for run in runs]
+        for policy, runs in load.runs.items()
+        if Policy.parse(policy).row.stock and Policy.parse(policy).row.order is not Order.ARRIVAL
+    }
+    if not stock:
+        return [f"{load.candidate}: no stock priority ran beside it, so its longest waits are not checked"]
+    checks = wait_checks([run.bench.records for run in load.runs[load.candidate]], stock)
+    lines = []
+    for label in dict.fromkeys(c.label for c in checks):
+        per_run = [c for c in checks if c.label == label]
+        over = sum(not c.holds for c in per_run)
+        shown = "; ".join(f"{c.policy_s:.2f} s of {c.stock_s:.2f} s" for c in per_run)
+        verdict = "every run within it" if not over else f"{over} of {len(per_run)} runs over it"
+        lines.append(
+            f"{load.candidate} longest {label} TTFT against {STOCK_WAIT_MARGIN:g}x the better of "
+            f"{', '.join(stock)}, per run: {shown} ({verdict})"
         )
     return lines
 

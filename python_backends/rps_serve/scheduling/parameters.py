@@ -33,8 +33,8 @@ class Policy(enum.Enum):
     - bounded-evict: bounded, with evictions only of victims that have computed no more tokens than
       the waiting request will (their recompute costs no more than the request they make room for);
     - headroom: class order, arrival inside a class, no aging and no eviction for a waiting request;
-      a request of a heavier class than the lightest starts only where a share of the KV cache stays
-      free after it (`scheduling.admission`).
+      a request of the heaviest class starts only where a share of the KV cache stays free after it
+      (`scheduling.admission`).
     """
 
     RPS = "rps"

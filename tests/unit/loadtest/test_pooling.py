@@ -145,6 +145,29 @@ def test_a_video_past_its_bound_in_one_run_is_counted(tmp_path: Path) -> None:
     )
 
 
+def test_a_policy_without_aging_is_held_to_the_better_stock_priority_per_run(tmp_path: Path) -> None:
+    # Per run: (sand, video) waits under each policy; headroom's videos wait 2x the better stock's in
+    # the second run only, and FCFS (not a priority) is not what it is held to.
+    waits = {
+        "fcfs": [(0.1, 0.5), (0.1, 0.5)],
+        "vllm-priority": [(0.2, 3.0), (0.2, 2.0)],
+        "modality-priority": [(0.2, 4.0), (0.2, 1.0)],
+        "headroom": [(0.2, 3.5), (0.2, 2.0)],
+    }
+    runs: dict[str, list[PolicyRun]] = {policy: [] for policy in waits}
+    for policy, per_run in waits.items():
+        for sand, video in per_run:
+            records = _records(np.full(40, sand), np.full(4, video))
+            bench = BenchRun(records, Tally(44, 44, 0, 0, 0), None, {}, {})
+            runs[policy].append(PolicyRun(bench, {"engine": {}, "loop_lag_s": {}, "stages": {}}, [], None))
+    lines = wait_lines(LoadRuns(2.0, 0.9, runs), tmp_path)  # no settings read: no aging clock
+    checked = {line.split(" TTFT")[0]: line for line in lines if "the better of" in line}
+    assert set(checked) == {"headroom longest sand", "headroom longest pebbles"}
+    assert "vllm-priority, modality-priority" in checked["headroom longest sand"]
+    assert "every run within it" in checked["headroom longest sand"]
+    assert "3.50 s of 3.00 s; 2.00 s of 1.00 s (1 of 2 runs over it)" in checked["headroom longest pebbles"]
+
+
 def test_the_demo_says_which_fit_each_policy_served_and_how_it_moved(tmp_path: Path) -> None:
     train_reference_cost_models(tmp_path)
     trained, _ = fit_of_report(json.loads((tmp_path / REPORT_FILE).read_text()))
