@@ -4,18 +4,20 @@ For each backlog size, one real engine per policy holds that many waiting reques
 `Request` objects, mixed text/image/video, the same in every engine) beside a few running ones; the
 engines live in one process and step in turn, the first to step rotating, so that the machine's noise
 lands on every policy alike. The wall time of every `schedule()` call is recorded (printed: median and
-interquartile range, the policies side by side, and RPS's ratio to each stock policy).
+interquartile range, the policies side by side, and the plug-in's ratio to each stock policy).
 Two set-ups, each a long queue that does not move while it is timed:
 - `kv-bound`: sequence slots are free but the KV cache is not (the running texts' prompts hold it),
-  so at every step RPS scores and orders the backlog, checks its media for a decode hold and looks
-  for an eviction (none is allowed: the running requests are of the lightest class) before vLLM
-  finds that nothing fits. This is the path the plug-in adds;
+  so at every step the plug-in scores and orders the backlog, checks its media for a decode hold,
+  asks whether its head may start (the KV reserve, under `headroom`) and, under `rps`, looks for an
+  eviction (none is allowed: the running requests are of the lightest class) before vLLM finds that
+  nothing fits. This is the path the plug-in adds;
 - `slots-full`: every sequence slot is busy decoding; nothing waiting can start, and the plug-in
   hands the step straight to stock vLLM.
 Stock vLLM runs twice, as a user would configure it without the plug-in: FCFS, and its priority
-policy with each request's modality as the priority (a heap instead of a deque). RPS runs with the
-shipped `rps` settings of `model.json`. Needs a tiny model:
-`make tiny-model && python benchmarks/bench_plugin_overhead.py build/tiny-qwen2-vl`.
+policy with each request's modality as the priority (a heap instead of a deque). The plug-in runs
+`--policy` (default `headroom`, the shipped policy; `rps` the paper's) with the shipped `rps` settings
+of `model.json`. Needs a tiny model:
+`make tiny-model && python benchmarks/bench_plugin_overhead.py build/tiny-qwen2-vl [--policy rps]`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ WAITING_WORDS = 2200  # each waiting prompt: ~2,200 tokens or more, ~69 blocks
 KV_BLOCKS = RUNNING * (RUNNING_WORDS * 3 // 2 // BLOCK_SIZE) + 24
 SETUPS = ("kv-bound", "slots-full")
 BASELINES = (Policy.FCFS, Policy.MODALITY_PRIORITY)
-POLICIES = (*BASELINES, Policy.RPS)
 
 
 def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
@@ -111,14 +112,14 @@ def _prompt(prompts: RequestFormat, words: int, modality: Modality, rngs: tuple[
     return prompt
 
 
-def _measure(model: Path, setup: str) -> dict[Policy, dict[int, list[float]]]:
+def _measure(model: Path, setup: str, policies: tuple[Policy, ...]) -> dict[Policy, dict[int, list[float]]]:
     """`schedule()` times of every policy's engine at every backlog, the engines fed the same requests
     and stepped in turn (the first to step rotates from step to step), so that whatever else the
     machine does lands on every policy alike."""
     import random
 
     kv_bound = setup == "kv-bound"
-    engines = [_Engine(model, policy, setup) for policy in POLICIES]
+    engines = [_Engine(model, policy, setup) for policy in policies]
     rngs = (random.Random(0), np.random.default_rng(0))
     prompts = RequestFormat.of_model(model)
     running_words = RUNNING_WORDS if kv_bound else 50
@@ -131,7 +132,7 @@ def _measure(model: Path, setup: str) -> dict[Policy, dict[int, list[float]]]:
             engine.engine.step()
     modalities = [Modality.TEXT, Modality.TEXT, Modality.IMAGE, Modality.VIDEO]
     waiting_words = WAITING_WORDS if kv_bound else 30
-    timings: dict[Policy, dict[int, list[float]]] = {policy: {} for policy in POLICIES}
+    timings: dict[Policy, dict[int, list[float]]] = {policy: {} for policy in policies}
     queued = 0
     for backlog in BACKLOGS:
         while queued < backlog:
@@ -175,17 +176,21 @@ def _shipped_rps() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("model", type=Path)
+    parser.add_argument("--policy", type=Policy.parse, default=Policy.HEADROOM, help="the plug-in's policy")
     args = parser.parse_args()
+    if args.policy.is_stock:
+        parser.error(f"{args.policy.value} is stock vLLM's: name one of the plug-in's policies")
+    policies = (*BASELINES, args.policy)
     configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-bench-")))
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the timer wraps the scheduler in this process
-    header = ("set-up", "waiting", *(f"{policy.value} us [p25, p75]" for policy in POLICIES))
-    header += tuple(f"rps/{policy.value}" for policy in BASELINES)
-    columns = " {:>32}" * len(POLICIES)
+    header = ("set-up", "waiting", *(f"{policy.value} us [p25, p75]" for policy in policies))
+    header += tuple(f"{args.policy.value}/{policy.value}" for policy in BASELINES)
+    columns = " {:>32}" * len(policies)
     print(("{:>10} {:>8}" + columns + " {:>22}" * len(BASELINES)).format(*header))
     for setup in SETUPS:
-        timings = _measure(args.model, setup)
+        timings = _measure(args.model, setup, policies)
         for backlog in BACKLOGS:
-            samples = [timings[policy][backlog] for policy in POLICIES]
+            samples = [timings[policy][backlog] for policy in policies]
             medians = [statistics.median(sample) for sample in samples]
             ratios = [medians[-1] / median for median in medians[:-1]]
             row = (setup, backlog, *map(_spread, samples), *ratios)
