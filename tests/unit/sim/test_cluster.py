@@ -68,21 +68,25 @@ def test_one_replica_is_simulate_under_every_router(
     assert outcome.makespan_s == alone.makespan_s
 
 
-def _known_at_arrivals(outcome: ClusterOutcome, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+def _known_at_arrivals(outcome: ClusterOutcome, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per request i and replica r, recomputed from the records: the requests routed to r before i that
-    had not finished by i's arrival, and those of a class up to i's that had no first token by then."""
+    had not finished by i's arrival, those that had no first token by then, and those of the latter
+    of a class up to i's."""
     records = outcome.records
     n = len(records.arrival_s)
     outstanding = np.zeros((n, replicas), dtype=np.int64)
+    queued = np.zeros((n, replicas), dtype=np.int64)
     ahead = np.zeros((n, replicas), dtype=np.int64)
     for i in range(n):
         earlier = np.arange(n) < i
         arrival = records.arrival_s[i]
         busy = earlier & ~(records.finish_s <= arrival)
-        waiting = earlier & ~(records.first_token_s <= arrival) & (records.level <= records.level[i])
+        waiting = earlier & ~(records.first_token_s <= arrival)
         outstanding[i] = np.bincount(outcome.replica[busy], minlength=replicas)
-        ahead[i] = np.bincount(outcome.replica[waiting], minlength=replicas)
-    return outstanding, ahead
+        queued[i] = np.bincount(outcome.replica[waiting], minlength=replicas)
+        lighter = waiting & (records.level <= records.level[i])
+        ahead[i] = np.bincount(outcome.replica[lighter], minlength=replicas)
+    return outstanding, queued, ahead
 
 
 def _first_least_in_rotation(keys: Sequence[tuple[int, ...]], start: int) -> int:
@@ -110,7 +114,7 @@ def test_least_outstanding_picks_the_first_least_loaded_replica_after_the_last_p
 ) -> None:
     outcome = _cluster(several, policy, REPLICAS, Routing.LEAST_OUTSTANDING)
     _check_complete(outcome, REPLICAS)
-    outstanding, _ = _known_at_arrivals(outcome, REPLICAS)
+    outstanding, _, _ = _known_at_arrivals(outcome, REPLICAS)
     assert outstanding.max() > 1  # requests overlap: the rule is exercised
     start = 0
     for i, pick in enumerate(outcome.replica.tolist()):
@@ -120,12 +124,28 @@ def test_least_outstanding_picks_the_first_least_loaded_replica_after_the_last_p
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "rps"])
+def test_least_queue_picks_the_least_backlog_of_every_class_then_least_outstanding(
+    several: SimulationSetup, policy: str
+) -> None:
+    outcome = _cluster(several, policy, REPLICAS, Routing.LEAST_QUEUE)
+    _check_complete(outcome, REPLICAS)
+    outstanding, queued, _ = _known_at_arrivals(outcome, REPLICAS)
+    assert queued.max() > 1  # requests wait together: the rule is exercised
+    start = 0
+    for i, pick in enumerate(outcome.replica.tolist()):
+        assert queued[i, pick] == queued[i].min()
+        keys = [(int(q), int(o)) for q, o in zip(queued[i], outstanding[i], strict=True)]
+        assert pick == _first_least_in_rotation(keys, start)
+        start = (pick + 1) % REPLICAS
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "rps"])
 def test_class_aware_picks_the_least_lighter_or_equal_class_backlog_then_least_outstanding(
     several: SimulationSetup, policy: str
 ) -> None:
     outcome = _cluster(several, policy, REPLICAS, Routing.CLASS_AWARE)
     _check_complete(outcome, REPLICAS)
-    outstanding, ahead = _known_at_arrivals(outcome, REPLICAS)
+    outstanding, _, ahead = _known_at_arrivals(outcome, REPLICAS)
     sand = outcome.records.level == 0
     assert ahead[sand].max() > 0  # sand finds sand waiting: the rule is exercised
     start = 0
@@ -143,10 +163,13 @@ def test_class_aware_sends_sand_past_a_replica_busy_with_heavier_classes() -> No
     backlog.routed(1, 0)  # one sand waiting on replica 1
     assert Router(Routing.CLASS_AWARE, 2).choose(0, backlog) == 0
     assert Router(Routing.LEAST_OUTSTANDING, 2).choose(0, backlog) == 1
+    # Five waiting against one, whatever their class.
+    assert Router(Routing.LEAST_QUEUE, 2).choose(0, backlog) == 1
     assert Router(Routing.CLASS_AWARE, 2).choose(2, backlog) == 1  # a rock waits behind all of them
     backlog.first_token(0, 2)
     backlog.finished(0)
     assert backlog.outstanding == [4, 1] and backlog.ahead_of(0, 2) == 4
+    assert backlog.queued(0) == 4 and backlog.queued(1) == 1
 
 
 def test_a_cluster_of_colocated_replicas_only(several: SimulationSetup) -> None:
