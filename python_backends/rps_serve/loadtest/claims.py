@@ -191,16 +191,26 @@ class Claim:
         return "met" if self.ratio.meets(self.target) else "not met"
 
 
+# How the pages label a workload whose request texts were sized in words (`WORD_TRACE_TEXTS`).
+WORD_TEXTS_LABEL = "word texts"
+WORD_TEXTS_NOTE = (
+    f"({WORD_TEXTS_LABEL}): recorded before request texts had their trace's token counts: each text "
+    "~1.34x its trace's tokens; another workload, so no later run replaces its claims."
+)
+
+
 def workload(record: Mapping[str, Any], load: Mapping[str, Any]) -> str:
-    """The mix, the load and any engine arguments the run's command gave (a smaller KV cache is
-    another workload): "mixed-iii at 0.9x, num_gpu_blocks_override 96"."""
+    """The mix, the load, any engine arguments the run's command gave (a smaller KV cache is another
+    workload) and texts sized in words where they were: "mixed-iii at 0.9x, num_gpu_blocks_override
+    96 (word texts)"."""
     fraction = load["fraction"]
     at = f"{fraction:g}x" if fraction is not None else f"{load['rate']:.2f} req/s"
     command = argparse.ArgumentParser(add_help=False)
     command.add_argument("--engine-args", default="")
     given = command.parse_known_args(shlex.split(record["command"]))[0].engine_args
     engine_args = json.loads(given) if given else {}
-    return ", ".join([f"{record['mix']} at {at}", *(f"{k} {v}" for k, v in engine_args.items())])
+    texts = f" ({WORD_TEXTS_LABEL})" if trace_texts(record) == WORD_TRACE_TEXTS else ""
+    return ", ".join([f"{record['mix']} at {at}", *(f"{k} {v}" for k, v in engine_args.items())]) + texts
 
 
 def claims_of(link: str, record: Mapping[str, Any]) -> list[Claim]:
@@ -275,6 +285,8 @@ def claims_page(records: Mapping[str, Mapping[str, Any]], log: str = "log.md") -
         for reason, taken in withdrawn.items():
             named = "; ".join(f"{w}, {m} against {' and '.join(b)}" for (w, m), b in taken.items())
             lines.append(f"- {named}: {reason}")
+    if any(c.workload.endswith(f"({WORD_TEXTS_LABEL})") for c in claims):
+        lines += ["", WORD_TEXTS_NOTE]
     lines += ["", "Commands (times in UTC; each record holds its commit and machine):"]
     lines += [f"- c{i}: `{command}`" for i, command in enumerate(commands, 1)]
     return "\n".join(lines) + "\n"
@@ -293,6 +305,7 @@ def log_page(records: Mapping[str, Mapping[str, Any]], claims: str = "README.md"
 
 def _section(record: Mapping[str, Any], link: str) -> str:
     machine_ = record["machine"]
+    texts = "as many tokens as the trace gives" if trace_texts(record) == TRACE_TEXTS else WORD_TEXTS_NOTE
     baselines = ", ".join(p for p in record["policies"] if p != record["candidate"])
     lines = [
         f"## {record['mix']}: {record['candidate']} against {baselines}",
@@ -302,6 +315,7 @@ def _section(record: Mapping[str, Any], link: str) -> str:
         + (f", {machine_['vector']}" if "vector" in machine_ else "")  # not in older records
         + ")",
         f"- command: `{record['command']}`; record: [{link}]({link})",
+        f"- request texts: {texts}",
         f"- {record['seeds']} seeds of {record['requests']} requests per policy, fixed before the first run; "
         f"capacity: {record['capacity'] or 'not measured (rates given)'}",
     ]

@@ -50,15 +50,15 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
         videos = [r.bench.records.ttft[r.bench.records.modality == Modality.VIDEO.index] for r in runs]
         longest = ", ".join(seconds(float(np.nanmax(v)) if np.isfinite(v).any() else None) for v in videos)
         lines.append(f"{policy}: longest video TTFT per run (s): {longest}")
-    if Policy.parse(load.candidate).row.order is Order.STATIC_AND_AGING:
-        return lines + _starvation_bound_lines(load, repository)
-    return lines + _stock_wait_lines(load)
-
-
-def _starvation_bound_lines(load: LoadRuns, repository: Path) -> list[str]:
     scale = aging_time_scale(repository)
     rps = read_settings(repository / SETTINGS_FILE, repository).rps
     hold_s = RPSConfig.from_additional_config({CONFIG_KEY: rps}).decode_hold_s * scale
+    if Policy.parse(load.candidate).row.order is Order.STATIC_AND_AGING:
+        return lines + _starvation_bound_lines(load, scale, hold_s)
+    return lines + _stock_wait_lines(load, hold_s)
+
+
+def _starvation_bound_lines(load: LoadRuns, scale: float, hold_s: float) -> list[str]:
     lines = []
     checks = [starvation_check(run.bench.records, scale, hold_s) for run in load.runs[load.candidate]]
     for label in sorted({label for check in checks for label in check}):
@@ -73,7 +73,7 @@ def _starvation_bound_lines(load: LoadRuns, repository: Path) -> list[str]:
     return lines
 
 
-def _stock_wait_lines(load: LoadRuns) -> list[str]:
+def _stock_wait_lines(load: LoadRuns, hold_s: float) -> list[str]:
     stock = {
         policy: [run.bench.records for run in runs]
         for policy, runs in load.runs.items()
@@ -81,16 +81,16 @@ def _stock_wait_lines(load: LoadRuns) -> list[str]:
     }
     if not stock:
         return [f"{load.candidate}: no stock priority ran beside it, so its longest waits are not checked"]
-    checks = wait_checks([run.bench.records for run in load.runs[load.candidate]], stock)
+    checks = wait_checks([run.bench.records for run in load.runs[load.candidate]], stock, hold_s)
     lines = []
     for label in dict.fromkeys(c.label for c in checks):
         per_run = [c for c in checks if c.label == label]
         over = sum(not c.holds for c in per_run)
-        shown = "; ".join(f"{c.policy_s:.2f} s of {c.stock_s:.2f} s" for c in per_run)
+        shown = "; ".join(f"{c.policy_s:.2f} s of {c.bound_s:.2f} s" for c in per_run)
         verdict = "every run within it" if not over else f"{over} of {len(per_run)} runs over it"
         lines.append(
             f"{load.candidate} longest {label} TTFT against {STOCK_WAIT_MARGIN:g}x the better of "
-            f"{', '.join(stock)}, per run: {shown} ({verdict})"
+            f"{', '.join(stock)} plus its decode hold ({hold_s:.2f} s), per run: {shown} ({verdict})"
         )
     return lines
 

@@ -219,10 +219,12 @@ def as_served(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
     row = variant.policy.row
     if not isinstance(deployment, MeasuredDeployment) or not row.by_class or row.stock:
         return variant
-    return replace(
-        variant,
-        chunk_cap_tokens=variant.chunk_cap_tokens or deployment.rps_chunk_cap_tokens,
-        decode_hold_s=variant.decode_hold_s or deployment.rps_decode_hold_s,
-        decode_hold_media_only=variant.decode_hold_media_only or deployment.rps_decode_hold_media_only,
+    scheduling = variant.scheduling
+    served = replace(
+        scheduling,
+        chunk_cap_tokens=scheduling.chunk_cap_tokens or deployment.rps_chunk_cap_tokens,
+        decode_hold_s=scheduling.decode_hold_s or deployment.rps_decode_hold_s,
+        decode_hold_media_only=scheduling.decode_hold_media_only or deployment.rps_decode_hold_media_only,
         max_preemptions=deployment.rps_max_preemptions,
     )
+    return replace(variant, scheduling=served)

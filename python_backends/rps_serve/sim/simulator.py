@@ -12,9 +12,8 @@ from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
-from rps_serve.scheduling.preemption import MAX_PREEMPTIONS, PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
-from rps_serve.scheduling.regulator import PriorityRegulator
+from rps_serve.scheduling.variant import SchedulingVariant
 from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
 from rps_serve.sim.frontend import PreprocessCosts, worker_pool
 from rps_serve.sim.hardware import Execution, GpuSpec, ModelSpec, kv_capacity_tokens
@@ -24,30 +23,22 @@ from rps_serve.workload.trace import Trace
 
 @dataclass(frozen=True)
 class PolicyVariant:
-    """A named way to run the deployment: the queue policy, where classes come from, and the layout.
+    """A named way to run the deployment: how it schedules (`scheduling`, the value the plug-in
+    receives too), where classes come from, and the layout.
 
     `naive_classes`: text/image/video as sand/pebbles/rocks instead of the cost model's classes.
     `modserve`: half the GPUs (rounded down) run the vision encoder, one request per GPU, first come
     first served; the other half run the LLM engine with tensor parallelism.
-    `chunk_cap_tokens`: the prefill chunk cap of the vLLM plug-in (`prefill_chunk_cap`); 0: off, as
-    in the paper's policies.
-    `evicts`: a waiting request may evict a running one where the policy's `PreemptionRule` allows;
-    False leaves only vLLM's own preemption of a running request that cannot grow (the ablation
-    `rps-no-evict`: what the evictions cost in recomputed prefills).
-    `decode_hold_s`, `decode_hold_media_only`: the plug-in's decode hold (`scheduling.holding`), in
-    the paper's seconds on the aging clock; 0: off, as in the paper's policies.
-    `max_preemptions`: the evictions one request may suffer for waiting ones (`PreemptionRule`).
     """
 
     name: str
-    policy: Policy
+    scheduling: SchedulingVariant
     naive_classes: bool = False
     modserve: bool = False
-    chunk_cap_tokens: int = 0
-    evicts: bool = True
-    decode_hold_s: float = 0.0
-    decode_hold_media_only: bool = False
-    max_preemptions: int = MAX_PREEMPTIONS
+
+    @property
+    def policy(self) -> Policy:
+        return self.scheduling.policy
 
 
 # The `rps-cap` chunk cap for the simulated H100 engine (8,192-token steps).
@@ -57,12 +48,15 @@ POLICY_VARIANTS: dict[str, PolicyVariant] = {
     variant.name: variant
     for variant in (
         # modality-priority orders by modality: the naive classifier's levels.
-        *(PolicyVariant(policy.value, policy, naive_classes=policy.row.by_modality) for policy in Policy),
-        PolicyVariant("rps-naive", Policy.RPS, naive_classes=True),
-        PolicyVariant("rps-cap", Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS),
-        PolicyVariant("rps-no-evict", Policy.RPS, evicts=False),
-        PolicyVariant("modserve", Policy.FCFS, modserve=True),
-        PolicyVariant("modserve-rps", Policy.RPS, modserve=True),
+        *(
+            PolicyVariant(policy.value, SchedulingVariant(policy), naive_classes=policy.row.by_modality)
+            for policy in Policy
+        ),
+        PolicyVariant("rps-naive", SchedulingVariant(Policy.RPS), naive_classes=True),
+        PolicyVariant("rps-cap", SchedulingVariant(Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS)),
+        PolicyVariant("rps-no-evict", SchedulingVariant(Policy.RPS, evicts=False)),
+        PolicyVariant("modserve", SchedulingVariant(Policy.FCFS), modserve=True),
+        PolicyVariant("modserve-rps", SchedulingVariant(Policy.RPS), modserve=True),
     )
 }
 
@@ -192,13 +186,14 @@ def engine_for(
     clock = _EngineClock()
     scale = deployment.aging_time_scale
     ladder = in_time_units(class_ladder(num_levels), scale)
-    queues: ClassQueues[int] = ClassQueues(PriorityRegulator(variant.policy, ladder), clock=clock)
-    holds, exempt = None, None
-    if variant.decode_hold_s and variant.policy.row.by_class:
-        holds = DecodeHolds[int](variant.decode_hold_s * scale, num_levels, weak=False)
+    scheduling = variant.scheduling
+    queues: ClassQueues[int] = ClassQueues(scheduling.regulator(ladder), clock=clock)
+    holds: DecodeHolds[int] | None = scheduling.decode_holds(scale, num_levels, weak=False)
+    exempt = None
+    if holds is not None:
         # The plug-in exempts a request without encoder inputs in the engine: a text, and under
         # modserve every request (other GPUs encode the media).
-        exempt = variant.decode_hold_media_only & ((trace.modality_tokens == 0) | variant.modserve)
+        exempt = scheduling.decode_hold_media_only & ((trace.modality_tokens == 0) | variant.modserve)
     engine = Engine(
         EngineWork(
             ready_s=ready_s,
@@ -212,8 +207,8 @@ def engine_for(
         deployment.engine_config(gpus),
         deployment.timing(gpus),
         queues,
-        PreemptionRule.for_policy(variant.policy, variant.max_preemptions) if variant.evicts else None,
-        variant.chunk_cap_tokens,
+        scheduling.preemption_rule(),
+        scheduling.chunk_cap_tokens,
         observer,
         holds,
         exempt,

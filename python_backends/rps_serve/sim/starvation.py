@@ -16,9 +16,9 @@ import numpy as np
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import RequestClass
 from rps_serve.scheduling.parameters import Policy, PressureSettings, class_ladder
-from rps_serve.scheduling.preemption import PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
-from rps_serve.scheduling.regulator import PriorityRegulator, starvation_bound_s
+from rps_serve.scheduling.regulator import starvation_bound_s
+from rps_serve.scheduling.variant import SchedulingVariant
 from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
 from rps_serve.sim.timing import TimingModel
 
@@ -83,9 +83,10 @@ def run_sustained_sand(policy: Policy, scenario: SustainedSand = SustainedSand()
         level=level,
     )
     ladder = class_ladder(len(RequestClass))
+    variant = SchedulingVariant(policy)
     clock: list[Engine] = []
     queues: ClassQueues[int] = ClassQueues(
-        PriorityRegulator(policy, ladder), clock=lambda: clock[0].now if clock else 0.0
+        variant.regulator(ladder), clock=lambda: clock[0].now if clock else 0.0
     )
     steps: list[StepRecord] = []
     engine = Engine(
@@ -93,7 +94,7 @@ def run_sustained_sand(policy: Policy, scenario: SustainedSand = SustainedSand()
         EngineConfig(kv_capacity_tokens=scenario.kv_capacity_tokens),
         TIMING,
         queues,
-        PreemptionRule.for_policy(policy),
+        variant.preemption_rule(),
         observer=steps.append,
     )
     clock.append(engine)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.scheduling.preemption import MAX_PREEMPTIONS
+from rps_serve.scheduling.variant import SchedulingVariant
 
 CONFIG_KEY = "rps"
 EXTRA_ARGS_KEY = "rps"  # sampling_params.extra_args[EXTRA_ARGS_KEY]: the class as the ensemble computed it
@@ -43,6 +44,17 @@ class RPSConfig:
     decode_hold_media_only: bool = False
     aging_time_scale: float | None = None
     observed_costs: str | None = None
+
+    @property
+    def variant(self) -> SchedulingVariant:
+        """How these settings schedule, as the simulator runs them too."""
+        return SchedulingVariant(
+            self.policy,
+            max_preemptions=self.max_preemptions,
+            chunk_cap_tokens=self.chunk_cap_tokens,
+            decode_hold_s=self.decode_hold_s,
+            decode_hold_media_only=self.decode_hold_media_only,
+        )
 
     def to_additional_config(self) -> dict[str, Any]:
         return {CONFIG_KEY: {**asdict(self), "policy": self.policy.value}}

@@ -43,8 +43,7 @@ from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
-from rps_serve.scheduling.preemption import Contender, PreemptionRule
-from rps_serve.scheduling.regulator import PriorityRegulator
+from rps_serve.scheduling.preemption import Contender
 from rps_serve.vllm_plugin.classify import engine_cost_model, engine_level, engine_request_features
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.parent_watch import watch_parent
@@ -98,18 +97,18 @@ class _RPSMixin(Scheduler):
             aging_time_scale(Path(self.rps.cost_model)) if self.rps.cost_model else 1.0
         )
         ladder = in_time_units(class_ladder(self.cost_model.num_classes), self.time_scale)
-        regulator = PriorityRegulator(self.rps.policy, ladder)
+        variant = self.rps.variant
+        regulator = variant.regulator(ladder)
         if self.waiting:
             raise RuntimeError("the RPS scheduler must replace the waiting queue before requests arrive")
-        self.max_hold_s = self.rps.decode_hold_s * self.time_scale
-        self._decode_holds: DecodeHolds[Request] | None = None
-        if self.max_hold_s and self.rps.policy.row.by_class:
-            self._decode_holds = DecodeHolds(self.max_hold_s, regulator.num_levels)
+        self._decode_holds: DecodeHolds[Request] | None = variant.decode_holds(
+            self.time_scale, regulator.num_levels
+        )
         group_of = self._queued if self._decode_holds is not None else None
         self.waiting: ClassRequestQueue = ClassRequestQueue(regulator, self._classify, group_of)
         # vLLM picks its preemption victim under KV pressure by (priority, arrival) only with this policy.
         self.policy = SchedulingPolicy.PRIORITY
-        self.preemption_rule = PreemptionRule.for_policy(self.rps.policy, self.rps.max_preemptions)
+        self.preemption_rule = variant.preemption_rule()
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         self.yielded = 0  # steps a running prefill sat out for a request that outranked it

@@ -14,6 +14,8 @@ from rps_serve.cli import claims as claims_cli
 from rps_serve.comparison import ratio_rows
 from rps_serve.loadtest.claims import (
     PAGE_LINES,
+    WORD_TEXTS_LABEL,
+    WORD_TEXTS_NOTE,
     claim_record,
     claims_page,
     commit_of,
@@ -146,6 +148,21 @@ def test_the_claims_page_holds_each_claims_latest_run_in_one_row() -> None:
     ]
     assert "- c2: `rps-serve demo --engine-args '{\"num_gpu_blocks_override\": 96}'`" in page
     assert "[the run log](log.md)" in page
+
+
+def test_runs_with_texts_sized_in_words_keep_their_own_marked_claims() -> None:
+    old = {k: v for k, v in _record(0.5, "2026-12-01 10:00 UTC").items() if k != "trace_texts"}
+    new = _record(1.0, "2026-12-04 10:00 UTC")
+    page = claims_page({"runs/old.json": old, "runs/new.json": new})
+    rows = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| cost-vs-modality at 0.9x",
+        f"| cost-vs-modality at 0.9x ({WORD_TEXTS_LABEL})",
+    ]
+    assert "(runs/old.json)" in rows[1] and "(runs/new.json)" in rows[0]
+    assert WORD_TEXTS_NOTE in page
+    assert WORD_TEXTS_NOTE not in claims_page({"runs/new.json": new})
+    assert f"- request texts: {WORD_TEXTS_NOTE}" in log_page({"runs/old.json": old})
 
 
 def test_a_withdrawn_target_says_why_and_a_refused_one_says_why_not() -> None:

@@ -111,11 +111,11 @@ def test_profile_round_trips_and_class_aware_policies_run_as_the_plug_in_serves_
     deployment = profile.deployment()
     assert deployment.aging_time_scale == 2.5
     for name in ("rps", "static"):  # every policy of the plug-in's own that orders by class
-        served = as_served(policy_variant(name), deployment)
+        served = as_served(policy_variant(name), deployment).scheduling
         assert served.chunk_cap_tokens == 256
         assert served.decode_hold_s == 0.125 and served.decode_hold_media_only
     for stock in ("fcfs", "vllm-priority"):  # vLLM's own scheduler: no cap, no hold
-        served = as_served(policy_variant(stock), deployment)
+        served = as_served(policy_variant(stock), deployment).scheduling
         assert served.chunk_cap_tokens == 0 and served.decode_hold_s == 0
     timing = deployment.timing(1)
     assert timing.decode_step_s == 0.004 and timing.kv_token_s == 5e-7

@@ -1,0 +1,53 @@
+"""A way to schedule, as one value both engines receive: the simulator (`sim.simulator`) and the vLLM
+plug-in (`vllm_plugin.scheduler`) ask it for their priority regulator, their rule for evicting a
+running request for a waiting one, and their decode holds, so that neither re-reads a policy's name.
+
+The policy's row of `parameters.POLICY_TABLE` gives its order, eviction margin and KV reserve; the
+fields beside it are the plug-in's settings that change decisions (model.json's `rps`, through
+`vllm_plugin.config.RPSConfig.variant`) and the simulator's ablations (`evicts`). Trying a policy is
+adding a row to the table, or a value of this to the simulator's `POLICY_VARIANTS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rps_serve.scheduling.holding import DecodeHolds
+from rps_serve.scheduling.parameters import ClassParameters, Policy
+from rps_serve.scheduling.preemption import MAX_PREEMPTIONS, PreemptionRule
+from rps_serve.scheduling.regulator import PriorityRegulator
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class SchedulingVariant:
+    """`policy` and how it runs. `evicts`: a waiting request may evict a running one where the
+    policy's `PreemptionRule` allows (False leaves only vLLM's own preemption of a running request
+    that cannot grow); `max_preemptions`: the evictions one request may suffer; `chunk_cap_tokens`: the
+    prefill chunk cap while a lighter class waits behind a heavier prefill, 0 for none;
+    `decode_hold_s`: the decode hold (`scheduling.holding`) in the paper's seconds on the aging clock,
+    0 for none; `decode_hold_media_only`: it holds only requests with an image or a video."""
+
+    policy: Policy
+    evicts: bool = True
+    max_preemptions: int = MAX_PREEMPTIONS
+    chunk_cap_tokens: int = 0
+    decode_hold_s: float = 0.0
+    decode_hold_media_only: bool = False
+
+    def regulator(self, ladder: Sequence[ClassParameters]) -> PriorityRegulator:
+        return PriorityRegulator(self.policy, ladder)
+
+    def preemption_rule(self) -> PreemptionRule | None:
+        """The rule for evicting a running request for a waiting one; None where none is evicted."""
+        return PreemptionRule.for_policy(self.policy, self.max_preemptions) if self.evicts else None
+
+    def decode_holds(self, time_scale: float, num_levels: int, weak: bool = True) -> DecodeHolds[R] | None:
+        """The decode holds on an aging clock `time_scale` times the paper's, under a policy that
+        orders by class; None where there are none. `weak`: as `DecodeHolds` takes it."""
+        if not self.decode_hold_s or not self.policy.row.by_class:
+            return None
+        return DecodeHolds(self.decode_hold_s * time_scale, num_levels, weak=weak)

@@ -1,0 +1,36 @@
+"""A scheduling variant builds each engine's regulator, eviction rule and decode holds from one value."""
+
+from __future__ import annotations
+
+import pytest
+
+from rps_serve.scheduling.parameters import Policy, class_ladder
+from rps_serve.scheduling.preemption import PreemptionRule
+from rps_serve.scheduling.variant import SchedulingVariant
+from rps_serve.sim.simulator import policy_variant
+from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_each_policy_evicts_by_its_row_unless_the_variant_does_not(policy: Policy) -> None:
+    assert SchedulingVariant(policy, max_preemptions=3).preemption_rule() == PreemptionRule.for_policy(
+        policy, 3
+    )
+    assert SchedulingVariant(policy, evicts=False).preemption_rule() is None
+    assert SchedulingVariant(policy).regulator(class_ladder(3)).policy is policy
+
+
+def test_decode_holds_only_under_a_class_order_with_a_hold() -> None:
+    holds = SchedulingVariant(Policy.HEADROOM, decode_hold_s=0.5).decode_holds(2.0, 3)
+    assert holds is not None and holds.max_hold_s == 1.0  # on a clock twice the paper's
+    assert SchedulingVariant(Policy.HEADROOM).decode_holds(2.0, 3) is None
+    assert SchedulingVariant(Policy.FCFS, decode_hold_s=0.5).decode_holds(2.0, 3) is None
+
+
+def test_the_plug_ins_settings_and_the_simulators_row_are_one_value() -> None:
+    settings = {"policy": "rps", "chunk_cap_tokens": 256, "decode_hold_s": 0.25, "max_preemptions": 1}
+    served = RPSConfig.from_additional_config({CONFIG_KEY: settings}).variant
+    assert served == SchedulingVariant(
+        Policy.RPS, max_preemptions=1, chunk_cap_tokens=256, decode_hold_s=0.25
+    )
+    assert policy_variant("headroom").scheduling == RPSConfig(policy=Policy.HEADROOM).variant
