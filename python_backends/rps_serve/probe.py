@@ -1,13 +1,17 @@
 """Readiness and liveness probes for orchestrators: `python3 -m rps_serve.probe ready|live`.
 
-Exit status 0 when the check passes, 1 (with the reason on stderr) when it fails. Standard library only,
-so a probe costs an interpreter start and two local HTTP requests.
-- `ready`: `vllm_model` is ready in Triton (`/v2/models/vllm_model/ready`); while its engine restarts,
-  requests are refused as retryable (Triton 2.51 cannot mark a Python model unready short of unloading it).
-- `live`: the server answers, `vllm_model`'s stub answers (Triton 2.51 keeps a model whose stub died
-  "ready" and answers its requests "Stub process ... is not healthy"), and its engine is up
-  (`rps_engine_up`). An engine restart also fails `live` for its duration: size the orchestrator's
-  failure threshold above an engine start, so that only an engine that stays dead restarts the pod.
+Exit status 0 when the check passes, 1 (with the reason on stderr) when it fails. Each check is one
+local HTTP request, a health request to `vllm_model` (`protocol.HEALTH`), which its stub answers at
+once, whatever the load, with its engine's state (`engine_supervisor.EngineState`). A dead stub cannot
+answer: Triton 2.51 keeps its model "ready" but answers for it "Stub process ... is not healthy"; a
+stub that does not answer within `TIMEOUT_S` fails the check as well.
+- `ready`: `vllm_model` can serve now: its stub answers and its engine serves. It fails while the
+  engine restarts in place (requests are refused then as retryable), so traffic goes elsewhere.
+- `live`: the replica serves, or will serve again by itself: its stub answers and its engine serves
+  or is restarting within its deadline. It fails only where nothing inside the server can recover:
+  a dead stub (Triton never restarts one, and its requests in flight hang until the server goes), an
+  engine still down past its restart deadline (`overdue`) or given up (`failed`), a model Triton
+  no longer serves; the orchestrator should then replace the server at once.
 """
 
 from __future__ import annotations
@@ -19,21 +23,24 @@ import urllib.error
 import urllib.request
 
 from rps_serve.triton import protocol as p
+from rps_serve.triton.engine_supervisor import EngineState
 
 TIMEOUT_S = 4.0
 # Triton's words for a model whose Python-backend stub is dead.
 STUB_DEAD = "is not healthy"
-# A request `vllm_model` refuses as malformed before it reaches the engine: it proves the stub answers.
-PROBE_BODY: dict[str, object] = {p.TEXT_INPUT: "", p.SAMPLING_PARAMETERS: "{"}
+HEALTH_BODY: dict[str, object] = {p.HEALTH: True}
 
 
 class ProbeFailed(RuntimeError):
     """The check failed; the message says why."""
 
 
-def _get(url: str) -> tuple[int, str]:
+def _post(url: str, body: dict[str, object]) -> tuple[int, str]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as reply:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
             return int(reply.status), reply.read().decode(errors="replace")
     except urllib.error.HTTPError as error:
         return int(error.code), error.read().decode(errors="replace")
@@ -41,51 +48,43 @@ def _get(url: str) -> tuple[int, str]:
         raise ProbeFailed(f"{url} does not answer: {error}") from None
 
 
-def _post(url: str, body: dict[str, object]) -> str:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+def engine_state(http: str, model: str = p.VLLM_MODEL) -> EngineState:
+    """The state `model`'s stub reports for its engine; `ProbeFailed` where the stub cannot say."""
+    status, body = _post(f"http://{http}/v2/models/{model}/generate", HEALTH_BODY)
+    return parse_health(status, body, model)
+
+
+def parse_health(status: int, body: str, model: str = p.VLLM_MODEL) -> EngineState:
+    """The engine state in Triton's answer (`status`, JSON `body`) to a health request to `model`."""
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
-            return str(reply.read().decode(errors="replace"))
-    except urllib.error.HTTPError as error:
-        return str(error.read().decode(errors="replace"))
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-        raise ProbeFailed(f"{url} does not answer: {error}") from None
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise ProbeFailed(f"{model} answered a health request with HTTP {status}: {body[:200]}")
+    state = answer.get(p.ENGINE_STATE)
+    if isinstance(state, list) and len(state) == 1:
+        state = state[0]
+    if status == 200 and state in {s.value for s in EngineState}:
+        return EngineState(state)
+    error = str(answer.get("error", body))
+    if STUB_DEAD in error:
+        raise ProbeFailed(f"{model}'s stub is dead: {error}")
+    raise ProbeFailed(f"{model} did not report its engine's state (HTTP {status}): {error}")
 
 
 def check_ready(http: str, model: str = p.VLLM_MODEL) -> None:
-    status, body = _get(f"http://{http}/v2/models/{model}/ready")
-    if status != 200:
-        raise ProbeFailed(f"{model} is not ready (HTTP {status}) {body}".strip())
+    state = engine_state(http, model)
+    if state is not EngineState.SERVING:
+        raise ProbeFailed(f"{model} cannot serve now: its vLLM engine is {state.value}")
 
 
-def engine_up(metrics: str, model: str = p.VLLM_MODEL) -> bool | None:
-    """`rps_engine_up` of `model` on the metrics endpoint; None where the series is absent."""
-    status, text = _get(f"http://{metrics}/metrics")
-    if status != 200:
-        raise ProbeFailed(f"metrics endpoint answered HTTP {status}")
-    return parse_engine_up(text, model)
-
-
-def parse_engine_up(exposition: str, model: str = p.VLLM_MODEL) -> bool | None:
-    """`rps_engine_up` of `model` in a Prometheus text exposition; None where the series is absent."""
-    prefix = f'rps_engine_up{{model="{model}"}} '
-    for line in exposition.splitlines():
-        if line.startswith(prefix):
-            return float(line.removeprefix(prefix)) != 0
-    return None
-
-
-def check_live(http: str, metrics: str, model: str = p.VLLM_MODEL) -> None:
-    status, _ = _get(f"http://{http}/v2/health/live")
-    if status != 200:
-        raise ProbeFailed(f"server not live (HTTP {status})")
-    answer = _post(f"http://{http}/v2/models/{model}/generate", PROBE_BODY)
-    if STUB_DEAD in answer:
-        raise ProbeFailed(f"{model}'s stub is dead: {answer}")
-    if engine_up(metrics, model) is False:
-        raise ProbeFailed(f"{model}'s vLLM engine is down (rps_engine_up 0)")
+def check_live(http: str, model: str = p.VLLM_MODEL) -> None:
+    state = engine_state(http, model)
+    if not state.recovering:
+        raise ProbeFailed(
+            f"{model}'s vLLM engine is {state.value}: it will not serve again without a new server"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,14 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("check", choices=["ready", "live"])
     parser.add_argument("--http", default="localhost:8000", help="Triton's HTTP host:port")
-    parser.add_argument("--metrics", default="localhost:8002", help="Triton's metrics host:port")
     parser.add_argument("--model", default=p.VLLM_MODEL)
     args = parser.parse_args(argv)
     try:
         if args.check == "ready":
             check_ready(args.http, args.model)
         else:
-            check_live(args.http, args.metrics, args.model)
+            check_live(args.http, args.model)
     except ProbeFailed as failed:
         sys.stderr.write(f"{args.check} probe failed: {failed}\n")
         return 1

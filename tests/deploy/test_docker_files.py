@@ -21,9 +21,12 @@ from tests.checkout import CHECKOUT, REPOSITORY
 
 DOCKER = CHECKOUT / "docker"
 DOCKERFILE = DOCKER / "Dockerfile"
-MODEL_READY = "/v2/models/vllm_model/ready"
-# The probes `rps_serve.probe` runs (readiness, then liveness), as the image and compose call them.
-PROBES = ("python3 -m rps_serve.probe ready", "python3 -m rps_serve.probe live")
+# The probes `rps_serve.probe` runs, as the image, compose and Kubernetes call them.
+READY = ["python3", "-m", "rps_serve.probe", "ready"]
+LIVE = ["python3", "-m", "rps_serve.probe", "live"]
+# A replica that will not recover by itself (a dead stub, whose streams hang until the server goes) is
+# reported for replacing within this many seconds of the first failed check.
+REPLACE_WITHIN_S = 60
 
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
@@ -127,7 +130,10 @@ def test_the_server_serves_http_grpc_and_metrics() -> None:
     exposed = {int(p) for kind, arg in INSTRUCTIONS if kind == "EXPOSE" for p in arg.split()}
     assert exposed == set(SERVED_PORTS.values())
     healthcheck = next(arg for kind, arg in INSTRUCTIONS if kind == "HEALTHCHECK")
-    assert all(probe in healthcheck for probe in PROBES)
+    options, command = healthcheck.split(" CMD ", 1)
+    assert json.loads(command) == LIVE
+    flags = dict(option.removeprefix("--").split("=", 1) for option in options.split())
+    assert int(flags["interval"].removesuffix("s")) * int(flags["retries"]) <= REPLACE_WITHIN_S
 
 
 def test_compose_serves_each_config_on_its_gpus() -> None:
@@ -144,7 +150,7 @@ def test_compose_serves_each_config_on_its_gpus() -> None:
         assert gpus["count"] == _tensor_parallel(config), name
         published = {int(p.split(":")[1]) for p in service["ports"]}
         assert published == set(SERVED_PORTS.values()), name
-        assert all(probe in " ".join(service["healthcheck"]["test"]) for probe in PROBES), name
+        assert service["healthcheck"]["test"] == ["CMD", *LIVE], name
         assert any(volume.endswith(":/models:ro") for volume in service["volumes"])
 
 
@@ -163,20 +169,26 @@ def k8s() -> dict[str, dict[str, Any]]:
     return _k8s()
 
 
-def test_k8s_runs_several_replicas_ready_on_tritons_health(k8s: dict[str, dict[str, Any]]) -> None:
+def test_k8s_runs_several_replicas_with_the_probes(k8s: dict[str, dict[str, Any]]) -> None:
     deployment = k8s["Deployment"]
     assert deployment["spec"]["replicas"] >= 2
     pod = deployment["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == SERVED_PORTS
-    readiness = container["readinessProbe"]["httpGet"]
-    assert readiness["path"] == MODEL_READY
-    assert ports[readiness["port"]] == SERVED_PORTS["http"]
+    startup = container["startupProbe"]
+    assert ports[startup["httpGet"]["port"]] == SERVED_PORTS["http"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60  # loading a large model
+    readiness = container["readinessProbe"]
+    assert readiness["exec"]["command"] == READY
+    # Liveness judges whether the replica recovers by itself (an engine restart does): it fails only
+    # where it will not, so the pod goes at once, yet not on one slow answer.
     liveness = container["livenessProbe"]
-    assert " ".join(liveness["exec"]["command"]) == PROBES[1]
-    # A dead engine restarts in place (one engine start) before liveness gives up on the pod.
-    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 300
+    assert liveness["exec"]["command"] == LIVE
+    assert liveness["failureThreshold"] >= 2
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] <= REPLACE_WITHIN_S
+    # Stopped, the server waits this long for requests in flight (a dead stub's never end), then exits.
+    assert pod["spec"]["terminationGracePeriodSeconds"] >= int(_flag("exit-timeout-secs"))
     config = container["image"].rsplit(":", 1)[1]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == _tensor_parallel(config)
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}

@@ -1,24 +1,85 @@
-"""The liveness probe reads the engine's state from Triton's metrics exposition."""
+"""The probes read the engine's state from `vllm_model`'s answer to a health request: `ready` passes
+only while the engine serves, `live` fails only where the replica cannot recover by itself."""
 
 from __future__ import annotations
 
-from rps_serve.probe import main, parse_engine_up
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
-EXPOSITION = """# HELP rps_engine_up 1 while the vLLM engine can serve
-# TYPE rps_engine_up gauge
-rps_engine_up{model="vllm_model"} 0
-rps_engine_up{model="other"} 1
-rps_engine_restarts_total{model="vllm_model"} 2
-"""
+import pytest
+
+from rps_serve.probe import main
+from rps_serve.triton import protocol as p
+
+# What Triton 2.51 answers for a model whose stub died, and for one it no longer serves.
+STUB_DEAD = (400, {"error": "Stub process 'vllm_model_0_0' is not healthy."})
+UNLOADED = (400, {"error": "Request for unknown model: 'vllm_model' is not found"})
 
 
-def test_engine_state_of_the_named_model() -> None:
-    assert parse_engine_up(EXPOSITION) is False
-    assert parse_engine_up(EXPOSITION, "other") is True
-    # A server without the series (an older repository) is not called down.
-    assert parse_engine_up(EXPOSITION, "absent") is None
+def _state(state: str) -> tuple[int, dict[str, object]]:
+    return 200, {"model_name": p.VLLM_MODEL, "model_version": "1", p.ENGINE_STATE: state}
+
+
+class _Triton(BaseHTTPRequestHandler):
+    answer: ClassVar[tuple[int, dict[str, object]]] = _state("serving")
+    asked: ClassVar[list[dict[str, object]]] = []
+
+    def do_POST(self) -> None:
+        assert self.path == f"/v2/models/{p.VLLM_MODEL}/generate"
+        type(self).asked.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        status, body = type(self).answer
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def triton() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Triton)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    ("answer", "ready", "live"),
+    [
+        (_state("serving"), 0, 0),
+        (_state("restarting"), 1, 0),  # out of the Service, not killed: it recovers by itself
+        (_state("overdue"), 1, 1),
+        (_state("failed"), 1, 1),
+        (STUB_DEAD, 1, 1),
+        (UNLOADED, 1, 1),
+        ((200, {p.ENGINE_STATE: "unheard-of"}), 1, 1),
+    ],
+)
+def test_each_state_passes_or_fails_each_probe(
+    triton: str,
+    answer: tuple[int, dict[str, object]],
+    ready: int,
+    live: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _Triton.answer, _Triton.asked = answer, []
+    assert main(["ready", "--http", triton]) == ready
+    assert main(["live", "--http", triton]) == live
+    assert _Triton.asked == [{p.HEALTH: True}] * 2
+    if answer is STUB_DEAD:
+        assert "stub is dead" in capsys.readouterr().err
 
 
 def test_probe_fails_when_nothing_answers() -> None:
-    assert main(["live", "--http", "127.0.0.1:1", "--metrics", "127.0.0.1:1"]) == 1
+    assert main(["live", "--http", "127.0.0.1:1"]) == 1
     assert main(["ready", "--http", "127.0.0.1:1"]) == 1

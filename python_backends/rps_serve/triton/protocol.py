@@ -56,6 +56,12 @@ ASSESSED_KV_TOKENS = "rps_assessed_kv_tokens"  # int64 [n]
 NUM_CLASSES = "rps_num_classes"  # int64 [1]
 MAX_ASSESSED = 4096  # rows in one assessment
 
+# A vllm_model request carrying `rps_health` (BOOL [1]) is answered at once, whatever the load, with
+# `rps_engine_state` (BYTES [1]): the engine's state (`engine_supervisor.EngineState`: serving,
+# restarting, overdue, failed); it generates nothing. The orchestrator's probes ask it (`rps_serve.probe`).
+HEALTH = "rps_health"
+ENGINE_STATE = "rps_engine_state"
+
 # vllm_model / ensemble outputs
 TEXT_OUTPUT = "text_output"
 RPS_CLASS = "rps_class"

@@ -12,6 +12,9 @@ render them for the engine (`class`) or in arrival order, leaving the rendering 
 as it ships (set it to compare front ends under one policy); `cost_model_online`: whether `vllm_model`
 refits the cost model from the engine's observed prefill costs while it serves (`cost.online`):
 `false` (or absent) keeps the repository's fit, `true` or an object of `OnlineOptions` fields refits it.
+`engine_restart_deadline_s`: how long a dead engine may take to serve again before the replica reports
+itself in need of replacing (`triton.engine_supervisor`); absent or null: three times the first engine start
+plus its shutdown, at least two minutes.
 Relative paths are taken from the model repository's root, so a fresh checkout works wherever it lies.
 `RPS_MODEL`, `RPS_POLICY` and `RPS_FRONT_END` override the model, the policy and the front end
 (`rps-serve serve --model/--policy` sets the first two); `RPS_ENGINE_ARGS` and `RPS_SCHEDULER` (JSON)
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -77,6 +81,7 @@ class ServingSettings:
     front_end_workers: int = FRONT_END_WORKERS
     front_end: FrontEndMode | None = None  # None: the policy's own (`FrontEndMode.shipped`)
     cost_model_online: OnlineOptions = field(default_factory=OnlineOptions)
+    engine_restart_deadline_s: float | None = None  # None: from the first engine start
 
     @property
     def front_end_mode(self) -> FrontEndMode:
@@ -145,6 +150,12 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
     workers = raw.get("front_end_workers", ServingSettings.front_end_workers)
     if type(workers) is not int or workers < 1:
         raise ValueError(f"{file}: front_end_workers must be a positive integer, got {workers!r}")
+    deadline = raw.get("engine_restart_deadline_s")
+    if deadline is not None and (type(deadline) not in (int, float) or not 0 < deadline < math.inf):
+        raise ValueError(
+            f"{file}: engine_restart_deadline_s must be a positive number of seconds or null, "
+            f"got {deadline!r}"
+        )
     return ServingSettings(
         model=_path(model, repository),
         policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
@@ -157,6 +168,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         front_end_workers=workers,
         front_end=None if front_end is None else FrontEndMode.parse(str(front_end)),
         cost_model_online=OnlineOptions.from_setting(raw.get("cost_model_online")),
+        engine_restart_deadline_s=None if deadline is None else float(deadline),
     )
 
 

@@ -17,6 +17,8 @@ If the engine dies (its engine-core process or a worker), the requests it held e
 them, new ones are refused as retryable while a new engine starts in place with the same settings
 (`triton.engine_supervisor`), and `is_ready()` says False meanwhile (Triton reads it from python_backend
 r26.03 on); if it cannot be restarted, the model asks Triton to unload it, so it is no longer ready.
+A request carrying `rps_health` is answered at once, whatever the load, with the engine's state: what
+the orchestrator's probes ask (`rps_serve.probe`).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from rps_serve.triton.class_metrics import ClassMetrics
 from rps_serve.triton.classes import ClassInfo, decide_class, supplied_class
 from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import engine_stats_logger
-from rps_serve.triton.engine_supervisor import EngineState, EngineSupervisor
+from rps_serve.triton.engine_supervisor import EngineState, EngineSupervisor, restart_deadline_s
 from rps_serve.triton.front_end import FrontEnd
 from rps_serve.triton.media import MediaLimits
 from rps_serve.triton.online_costs import CostModelMetrics, ObservedCostFeed, observing_costs
@@ -158,14 +160,17 @@ class TritonPythonModel:
         self.class_ordered = settings.front_end_mode is FrontEndMode.CLASS
         self.renderer: MediaRenderer | None = None
         engine_kwargs = settings.engine_kwargs()
+        started = time.monotonic()
         starting = asyncio.run_coroutine_threadsafe(self._start_engine(engine_kwargs), self.loop)
         self.engine = starting.result()
         asyncio.run_coroutine_threadsafe(self._engine_started(self.engine), self.loop).result()
+        deadline_s = settings.engine_restart_deadline_s or restart_deadline_s(time.monotonic() - started)
         self.supervisor = EngineSupervisor(
             self.engine,
             build=lambda: self._build_engine(engine_kwargs),
             on_started=self._engine_started,
             on_state=self._engine_state,
+            deadline_s=deadline_s,
         )
         self.health_watch = asyncio.run_coroutine_threadsafe(self.supervisor.watch(), self.loop)
         self.health_watch.add_done_callback(log_failure)
@@ -183,12 +188,13 @@ class TritonPythonModel:
             else asyncio.run_coroutine_threadsafe(watch_loop_lag(self.run_log), self.loop)
         )
         logger.info(
-            "%s: %s, policy %s, %d front-end workers (%s front end)",
+            "%s: %s, policy %s, %d front-end workers (%s front end), engine restart deadline %.0f s",
             self.model_name,
             settings.model,
             settings.policy.value,
             settings.front_end_workers,
             settings.front_end_mode.value,
+            deadline_s,
         )
 
     async def _start_engine(self, kwargs: dict[str, Any]) -> Any:
@@ -257,7 +263,11 @@ class TritonPythonModel:
         """
         sender = request.get_response_sender()
         client_id = request.request_id()
-        assessment = tensor_getter(pb_utils, request)(p.ASSESS)  # answered whatever the load
+        get = tensor_getter(pb_utils, request)
+        if get(p.HEALTH) is not None:  # answered whatever the load and the engine's state
+            self._answer_health(request, sender)
+            return
+        assessment = get(p.ASSESS)  # answered whatever the load
         generates = assessment is None
         if generates and not self.supervisor.serving:
             sender.send(
@@ -295,6 +305,14 @@ class TritonPythonModel:
         if self.supervisor.state is EngineState.FAILED:
             return "vllm_model cannot serve: its vLLM engine died and could not be restarted"
         return f"vllm_model {p.RESTARTING} (its vLLM engine died); retry later"
+
+    def _answer_health(self, request: Any, sender: Any) -> None:
+        """Answer a health request (`protocol.HEALTH`) with the engine's state; nothing is generated."""
+        state = self.supervisor.state.value
+        outputs: dict[str, Callable[[], np.ndarray | str]] = {p.ENGINE_STATE: lambda: state}
+        wanted = frozenset(request.requested_output_names())
+        response = pb_utils.InferenceResponse(output_tensors=requested_outputs(pb_utils, wanted, outputs))
+        sender.send(response, flags=FINAL)
 
     def _assess(self, matrix: np.ndarray, request: Any, sender: Any) -> None:
         """Answer an assessment (`protocol.ASSESS`): how this model would class each row now, with the

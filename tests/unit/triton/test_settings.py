@@ -10,7 +10,7 @@ import pytest
 
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.triton.settings import FrontEndMode, load_settings, read_settings
+from rps_serve.triton.settings import FrontEndMode, ServingSettings, load_settings, read_settings
 from tests.checkout import REPOSITORY
 
 
@@ -92,20 +92,30 @@ def test_a_deployment_model_json_is_read_before_its_weights_exist(tmp_path: Path
         read_settings(file, tmp_path, {})
 
 
+def _settings(tmp_path: Path, **keys: object) -> ServingSettings:
+    """A deployment's model.json with `keys` beside its model, as the server reads it."""
+    file = tmp_path / "model.json"
+    file.write_text(json.dumps({"model": "/models/m", **keys}))
+    return read_settings(file, tmp_path)
+
+
 @pytest.mark.parametrize("value", [0, -3, 2.5, "64", True])
 def test_max_pending_requests_must_be_a_positive_integer(tmp_path: Path, value: object) -> None:
-    file = tmp_path / "model.json"
-    file.write_text(json.dumps({"model": "/models/m", "max_pending_requests": value}))
     with pytest.raises(ValueError, match="max_pending_requests"):
-        read_settings(file, tmp_path)
+        _settings(tmp_path, max_pending_requests=value)
 
 
 def test_max_pending_requests_is_unbounded_unless_set(tmp_path: Path) -> None:
-    file = tmp_path / "model.json"
-    file.write_text(json.dumps({"model": "/models/m"}))
-    assert read_settings(file, tmp_path).max_pending_requests is None
-    file.write_text(json.dumps({"model": "/models/m", "max_pending_requests": 8}))
-    assert read_settings(file, tmp_path).max_pending_requests == 8
+    assert _settings(tmp_path).max_pending_requests is None
+    assert _settings(tmp_path, max_pending_requests=8).max_pending_requests == 8
+
+
+def test_the_engine_restart_deadline_is_derived_unless_set(tmp_path: Path) -> None:
+    assert _settings(tmp_path).engine_restart_deadline_s is None
+    assert _settings(tmp_path, engine_restart_deadline_s=300).engine_restart_deadline_s == 300.0
+    for value in (0, -1, "300", True, float("inf")):
+        with pytest.raises(ValueError, match="engine_restart_deadline_s"):
+            _settings(tmp_path, engine_restart_deadline_s=value)
 
 
 @pytest.mark.parametrize(

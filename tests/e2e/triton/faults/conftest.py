@@ -1,5 +1,5 @@
 """Helpers for the fault tests: the server's processes by vLLM's titles, long streams to kill under,
-and Triton's readiness endpoints."""
+Triton's readiness endpoints and the deployment's probes."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import urllib.request
 
 import psutil
 
+from rps_serve import probe as probes
 from rps_serve.client import Generation, StreamClient
-from rps_serve.local.server import LOCALHOST
 from rps_serve.requests import Modality
+from rps_serve.triton.engine_supervisor import EngineState
 from rps_serve.workload.prompts import filler_text
 from tests.e2e.triton.conftest import ENSEMBLE, Server
 from tests.prompts import chat_prompt
@@ -96,7 +97,23 @@ def status(server: Server, path: str) -> int | None:
 
 def probe(server: Server, check: str) -> int:
     """The exit status of the deployment's probe `check` (`ready` or `live`), run as the image runs it."""
-    endpoints = server.endpoints
-    command = [sys.executable, "-m", "rps_serve.probe", check, "--http", endpoints.http_url]
-    command += ["--metrics", f"{LOCALHOST}:{endpoints.metrics_port}"]
+    command = [sys.executable, "-m", "rps_serve.probe", check, "--http", server.endpoints.http_url]
     return subprocess.run(command, timeout=60, check=False).returncode
+
+
+def engine_state(server: Server) -> EngineState | str:
+    """The engine state `vllm_model` reports to the probes, or why it reports none."""
+    try:
+        return probes.engine_state(server.endpoints.http_url)
+    except probes.ProbeFailed as failed:
+        return str(failed)
+
+
+def state_within(server: Server, state: EngineState, bound_s: float) -> bool:
+    """Whether `vllm_model` reports its engine `state` within `bound_s`."""
+    deadline = time.monotonic() + bound_s
+    while engine_state(server) is not state:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

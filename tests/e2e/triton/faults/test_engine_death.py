@@ -1,6 +1,7 @@
 """The vLLM engine dies under streaming load (its engine-core process, then a worker, SIGKILLed): every
 stream in flight ends with an error naming it, new requests are refused as retryable until the engine
-is back, and the same server, engine restarted in place, serves text, image and video again."""
+is back, and the same server, engine restarted in place, serves text, image and video again. Meanwhile
+the deployment's readiness probe fails and its liveness probe passes: the replica recovers by itself."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
+from rps_serve.triton.engine_supervisor import EngineState
 from tests.e2e.triton.conftest import (
     ENSEMBLE,
     MODELS,
@@ -29,6 +31,7 @@ from tests.e2e.triton.faults.conftest import (
     ENGINE_START_S,
     WORKER,
     alive,
+    engine_state,
     long_texts,
     probe,
     start_streams,
@@ -82,6 +85,7 @@ def test_engine_process_killed_under_load(server: Server, victim: str) -> None:
     assert server.endpoints.pid is not None
     requests = Requests(seed=len(victim))
     restarts = _restarts(server)
+    assert probe(server, "ready") == 0 and probe(server, "live") == 0
     [target] = titled(server.endpoints.pid, victim)
     engine = titled(server.endpoints.pid, ENGINE_CORE) + titled(server.endpoints.pid, WORKER)
     client = start_streams(server, long_texts(6, seed=len(victim)))
@@ -102,7 +106,9 @@ def test_engine_process_killed_under_load(server: Server, victim: str) -> None:
     refused = run(server, ENSEMBLE, requests.make(Modality.TEXT, max_tokens=4), timeout_s=60)
     assert refused.error is not None and p.RESTARTING in refused.error, refused.error
     assert _engine_down_within(server, 5.0)
-    assert probe(server, "live") == 1  # the deployment's liveness probe sees the engine down
+    # Not ready (the Service sends requests elsewhere), yet live: the engine is back within its deadline.
+    assert engine_state(server) is EngineState.RESTARTING
+    assert probe(server, "ready") == 1 and probe(server, "live") == 0
     _serves_again(server, requests, deadline=killed + ENGINE_START_S + END_BOUND_S)
     assert _restarts(server) == restarts + 1
     assert _engine_up(server) == 1

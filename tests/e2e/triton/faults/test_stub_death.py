@@ -1,6 +1,7 @@
 """The `vllm_model` stub (serving RPS, then a stock-vLLM baseline), then tritonserver itself,
 SIGKILLed under streaming load: no vLLM engine process outlives them, our client ends the streams
-Triton 2.51 leaves open, and a next server starts clean and serves."""
+Triton 2.51 leaves open, the deployment's probes fail at once after the stub, and a next server starts
+clean, serves, and reads not live while its engine stays down past its restart deadline."""
 
 from __future__ import annotations
 
@@ -13,17 +14,22 @@ import pytest
 
 from rps_serve.client import StreamClient
 from rps_serve.requests import Modality
+from rps_serve.triton import protocol as p
+from rps_serve.triton.engine_supervisor import EngineState
 from rps_serve.triton.settings import POLICY_ENV
 from tests.e2e.triton.conftest import MODELS, VLLM_MODEL, Requests, Server, run, start_server
 from tests.e2e.triton.faults.conftest import (
     END_BOUND_S,
     ENGINE_CORE,
+    ENGINE_START_S,
     STUB,
     WORKER,
     alive,
+    engine_state,
     long_texts,
     probe,
     start_streams,
+    state_within,
     titled,
 )
 
@@ -31,6 +37,10 @@ from tests.e2e.triton.faults.conftest import (
 GONE_BOUND_S = 10.0
 # Well above a healthy stream's silence on the tiny model, well below the issue's bound.
 SILENCE_S = 15.0
+# An engine restart deadline no restart here meets (one takes 16 s or more), so that a restart shows the
+# state past it; and how soon the engine reads overdue after its death (noticed within 1 s).
+SHORT_DEADLINE_S = 1.0
+OVERDUE_BOUND_S = 10.0
 
 
 def _engine_processes(server: Server) -> list[psutil.Process]:
@@ -73,11 +83,15 @@ def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory, policy
         assert server.endpoints.pid is not None
         engine = _engine_processes(server)
         [stub] = [s for s in titled(server.endpoints.pid, STUB) if VLLM_MODEL in " ".join(s.cmdline())]
+        assert probe(server, "ready") == 0 and probe(server, "live") == 0
         client = start_streams(server, long_texts(6, seed=11))
         client.silence_timeout_s = SILENCE_S
         try:
             os.kill(stub.pid, signal.SIGKILL)
             killed = time.monotonic()
+            # At once, not after a run of failures: the dead stub's streams hang until the server goes.
+            assert "stub is dead" in str(engine_state(server))
+            assert probe(server, "live") == 1 and probe(server, "ready") == 1
             assert not _gone_within(engine, GONE_BOUND_S), "engine processes outlived their stub"
             _streams_end(client, killed)
         finally:
@@ -85,16 +99,34 @@ def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory, policy
         # New requests are refused (Triton: the stub "is not healthy"), not left waiting.
         refused = run(server, VLLM_MODEL, Requests(seed=3).make(Modality.TEXT), timeout_s=60)
         assert refused.error is not None
-        # Triton 2.51 still calls the model ready; the deployment's liveness probe does not.
-        assert probe(server, "live") == 1
+        # Triton 2.51 still calls the model ready; the deployment's probes do not.
+        assert probe(server, "live") == 1 and probe(server, "ready") == 1
+
+
+def _overdue_then_back(server: Server) -> None:
+    """The engine core SIGKILLed on a server whose restart deadline is `SHORT_DEADLINE_S`: once the
+    restart runs past it, both probes fail; once the engine is back, both pass again."""
+    assert server.endpoints.pid is not None
+    [core] = titled(server.endpoints.pid, ENGINE_CORE)
+    os.kill(core.pid, signal.SIGKILL)
+    assert state_within(server, EngineState.OVERDUE, OVERDUE_BOUND_S), engine_state(server)
+    assert probe(server, "live") == 1 and probe(server, "ready") == 1
+    # Refused as retryable meanwhile: the restart goes on, and the replica may yet come back.
+    refused = run(server, VLLM_MODEL, Requests(seed=5).make(Modality.TEXT, max_tokens=4), timeout_s=60)
+    assert refused.error is not None and p.RESTARTING in refused.error, refused.error
+    assert state_within(server, EngineState.SERVING, ENGINE_START_S), engine_state(server)
+    assert probe(server, "ready") == 0 and probe(server, "live") == 0
 
 
 def test_server_killed_under_load(tmp_path_factory: pytest.TempPathFactory) -> None:
-    # A next server starts clean after the stub's death above, serves, and is then killed outright.
-    with start_server(tmp_path_factory) as server:
+    # A next server starts clean after the stub's death above and serves; its engine, killed, stays
+    # down past a short restart deadline, then comes back; the server is then killed outright.
+    deadline = {"engine_restart_deadline_s": SHORT_DEADLINE_S}
+    with start_server(tmp_path_factory, settings=deadline) as server:
         assert server.endpoints.pid is not None
         _serves(server)
         assert probe(server, "ready") == 0 and probe(server, "live") == 0
+        _overdue_then_back(server)
         engine = _engine_processes(server)
         stubs = titled(server.endpoints.pid, STUB)
         client = start_streams(server, long_texts(6, seed=12))
