@@ -228,7 +228,7 @@ policy-table: setup
 
 # What class-aware picking is worth behind a router: 2, 4 and 8 replicas of the 7B on one GPU each, every
 # one running `headroom`, behind round-robin, least-queue (the llm-d router's default) and class-aware
-# routers, mixed-iii and cost-vs-modality at 0.9x (about 9 minutes on one core): docs/simulator.md,
+# routers, mixed-iii and cost-vs-modality at 0.9x (about 6 minutes on one core): docs/simulator.md,
 # "Scale-out".
 cluster-table: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/cluster_table.py --out $(OUT)/cluster-table

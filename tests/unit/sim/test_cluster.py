@@ -124,34 +124,22 @@ def test_least_outstanding_picks_the_first_least_loaded_replica_after_the_last_p
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "rps"])
-def test_least_queue_picks_the_least_backlog_of_every_class_then_least_outstanding(
-    several: SimulationSetup, policy: str
+@pytest.mark.parametrize("routing", [Routing.LEAST_QUEUE, Routing.CLASS_AWARE])
+def test_backlog_routers_pick_the_least_backlog_they_read_then_least_outstanding(
+    several: SimulationSetup, policy: str, routing: Routing
 ) -> None:
-    outcome = _cluster(several, policy, REPLICAS, Routing.LEAST_QUEUE)
+    """`least-queue` reads the requests without a first token of every class, `class-aware` those of
+    a class up to the new request's."""
+    outcome = _cluster(several, policy, REPLICAS, routing)
     _check_complete(outcome, REPLICAS)
-    outstanding, queued, _ = _known_at_arrivals(outcome, REPLICAS)
-    assert queued.max() > 1  # requests wait together: the rule is exercised
-    start = 0
-    for i, pick in enumerate(outcome.replica.tolist()):
-        assert queued[i, pick] == queued[i].min()
-        keys = [(int(q), int(o)) for q, o in zip(queued[i], outstanding[i], strict=True)]
-        assert pick == _first_least_in_rotation(keys, start)
-        start = (pick + 1) % REPLICAS
-
-
-@pytest.mark.parametrize("policy", ["fcfs", "rps"])
-def test_class_aware_picks_the_least_lighter_or_equal_class_backlog_then_least_outstanding(
-    several: SimulationSetup, policy: str
-) -> None:
-    outcome = _cluster(several, policy, REPLICAS, Routing.CLASS_AWARE)
-    _check_complete(outcome, REPLICAS)
-    outstanding, _, ahead = _known_at_arrivals(outcome, REPLICAS)
+    outstanding, queued, ahead = _known_at_arrivals(outcome, REPLICAS)
+    backlog = queued if routing is Routing.LEAST_QUEUE else ahead
     sand = outcome.records.level == 0
-    assert ahead[sand].max() > 0  # sand finds sand waiting: the rule is exercised
+    assert backlog[sand].max() > 0  # sand finds requests waiting: the rule is exercised
     start = 0
     for i, pick in enumerate(outcome.replica.tolist()):
-        assert ahead[i, pick] == ahead[i].min()
-        keys = [(int(a), int(o)) for a, o in zip(ahead[i], outstanding[i], strict=True)]
+        assert backlog[i, pick] == backlog[i].min()
+        keys = [(int(b), int(o)) for b, o in zip(backlog[i], outstanding[i], strict=True)]
         assert pick == _first_least_in_rotation(keys, start)
         start = (pick + 1) % REPLICAS
 
