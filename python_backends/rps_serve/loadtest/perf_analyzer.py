@@ -70,6 +70,22 @@ def ensure_perf_analyzer(directory: Path) -> Path:
     return binary
 
 
+def run_logged(command: list[str], binary: Path, log: Path, timeout_s: float) -> None:
+    """Run `command` (perf_analyzer `binary`, or a tool that runs `perf_analyzer` by name) with
+    `binary`'s directory first on PATH and on LD_LIBRARY_PATH (its libraries lie beside it), its
+    output to `log`; raises with the log's tail where it exits non-zero."""
+    env = dict(os.environ)
+    for name in ("PATH", "LD_LIBRARY_PATH"):
+        env[name] = os.pathsep.join(p for p in (str(binary.parent), env.get(name, "")) if p)
+    with log.open("w") as out:
+        done = subprocess.run(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+        )
+    if done.returncode != 0:
+        tail = log.read_text()[-3000:]
+        raise RuntimeError(f"{Path(command[0]).name} exited with {done.returncode}; see {log}:\n{tail}")
+
+
 @dataclass(frozen=True)
 class PerfRun:
     """One perf_analyzer measurement: a concurrency sweep over one input-data file."""
@@ -108,17 +124,7 @@ def run_perf_analyzer(
     binary: Path, run: PerfRun, log: Path, timeout_s: float = 900.0
 ) -> list[dict[str, str]]:
     """Run perf_analyzer (output to `log`) and return its CSV rows, one per concurrency level."""
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (str(binary.parent), env.get("LD_LIBRARY_PATH", "")) if p
-    )
     run.csv_out.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
-        done = subprocess.run(
-            run.command(binary), env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
-        )
-    if done.returncode != 0:
-        tail = log.read_text()[-2000:]
-        raise RuntimeError(f"perf_analyzer exited with {done.returncode}; see {log}:\n{tail}")
+    run_logged(run.command(binary), binary, log, timeout_s)
     with run.csv_out.open() as rows:
         return list(csv.DictReader(rows))

@@ -7,3 +7,5 @@ from pathlib import Path
 REPOSITORY = Path("model_repository")
 TINY_MODEL = Path("build") / "tiny-qwen2-vl"
 PROFILES = Path("build") / "profile"
+# NVIDIA GenAI-Perf's own venv (`make setup-genai-perf`).
+GENAI_PERF_VENV = Path("build") / "venv-genai-perf"

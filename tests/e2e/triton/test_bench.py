@@ -6,11 +6,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 
 from rps_serve.cli import main
+from rps_serve.loadtest.genai_perf import GenAIPerfRun, genai_perf_executable, run_genai_perf
 from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
 from rps_serve.loadtest.perf_inputs import perf_input_files
+from rps_serve.local.checkout import GENAI_PERF_VENV
 from rps_serve.requests import Modality, RequestClass
+from rps_serve.triton import protocol as p
 from rps_serve.workload.request_format import RequestFormat
 from rps_serve.workload.shapes import RequestKind
 from rps_serve.workload.trace import Trace, write_trace
@@ -118,3 +122,33 @@ def test_perf_analyzer_runs_on_the_ensemble(server: Server, tmp_path: Path) -> N
     assert [row["Concurrency"] for row in rows] == ["1"]
     assert float(rows[0]["Inferences/Second"]) > 0
     assert int(rows[0]["p50 latency"]) > 0
+
+
+def _ensemble_requests(server: Server) -> dict[str, int]:
+    """Triton's own count of the ensemble's successful and failed requests (its statistics API)."""
+    client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+    try:
+        stats = client.get_inference_statistics(p.ENSEMBLE, as_json=True)["model_stats"][0]["inference_stats"]
+    finally:
+        client.close()
+    return {kind: int(stats[kind].get("count", 0)) for kind in ("success", "fail")}
+
+
+def test_genai_perf_profiles_the_ensemble_over_grpc_streaming(server: Server, tmp_path: Path) -> None:
+    """NVIDIA's GenAI-Perf as a vllm_backend user runs it (KServe gRPC streaming, synthetic text,
+    `{"max_tokens": "8"}`): every request answered, no error from it, perf_analyzer or the server."""
+    # Its own venv, which `make test` makes first: a missing one fails here, saying how to make it.
+    executable = genai_perf_executable(CHECKOUT / GENAI_PERF_VENV)
+    binary = ensure_perf_analyzer(CHECKOUT / "build" / "perf_analyzer")
+    run = GenAIPerfRun(server.endpoints.grpc_url, p.ENSEMBLE, server.model, tmp_path / "artifacts",
+                       concurrency=2, requests=24, output_tokens=8)  # fmt: skip
+    before = _ensemble_requests(server)
+    result = run_genai_perf(executable, binary, run, tmp_path / "genai-perf.log", timeout_s=420)
+    after = _ensemble_requests(server)
+    assert result.errors == []
+    assert result.requests == result.recorded == run.requests
+    assert result.unanswered == 0
+    assert {kind: after[kind] - before[kind] for kind in after} == {"success": run.requests, "fail": 0}
+    # One streamed response a token: the string "8" was read as max_tokens (vLLM's default is 16).
+    assert max(result.responses) <= run.output_tokens
+    assert 0 < result.stats["time_to_first_token"]["avg"] <= result.stats["request_latency"]["avg"]

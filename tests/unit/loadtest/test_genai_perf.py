@@ -1,0 +1,77 @@
+"""GenAI-Perf's command as a vllm_backend user writes it, and a run judged from its exports and log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rps_serve.loadtest.genai_perf import (
+    REQUESTS_EXPORT,
+    STATS_EXPORT,
+    GenAIPerfRun,
+    genai_perf_executable,
+    read_exports,
+)
+
+RUN = GenAIPerfRun("127.0.0.1:8001", "rps_ensemble", Path("model"), Path("out"), concurrency=2, requests=3)
+
+
+def _flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_the_command_profiles_kserve_grpc_streaming_with_vllms_inputs() -> None:
+    command = RUN.command(Path("venv/bin/genai-perf"))
+    assert command[:2] == ["venv/bin/genai-perf", "profile"]
+    assert {"--streaming", "--output-tokens-mean-deterministic"} <= set(command)
+    expected = {"-m": "rps_ensemble", "--backend": "vllm", "--endpoint-type": "kserve",
+                "-u": "127.0.0.1:8001", "--concurrency": "2", "--request-count": "3",
+                "--output-tokens-mean": "8"}  # fmt: skip
+    assert {name: _flag(command, name) for name in expected} == expected
+
+
+def _write_run(directory: Path, responses: list[int], log: str) -> Path:
+    export = directory / "rps_ensemble-triton-vllm-concurrency2"
+    export.mkdir(parents=True)
+    stats = {
+        "request_count": {"unit": "count", "avg": float(len(responses))},
+        "request_throughput": {"unit": "requests/sec", "avg": 2.5},
+        "output_token_throughput": {"unit": "tokens/sec", "avg": 20.0},
+        **{
+            metric: {"unit": "ms", "avg": 10.0, "p50": 9.0, "p90": 12.0, "p99": 13.0}
+            for metric in ("time_to_first_token", "inter_token_latency", "request_latency")
+        },
+        "input_config": {"model_names": ["rps_ensemble"]},
+    }
+    (export / STATS_EXPORT).write_text(json.dumps(stats))
+    requests = [
+        {"timestamp": i, "request_inputs": {}, "response_timestamps": list(range(n)), "response_outputs": []}
+        for i, n in enumerate(responses)
+    ]
+    (export / REQUESTS_EXPORT).write_text(json.dumps({"experiments": [{"requests": requests}]}))
+    (directory / "genai-perf.log").write_text(log)
+    return directory / "genai-perf.log"
+
+
+def test_a_clean_run_counts_its_requests(tmp_path: Path) -> None:
+    log = _write_run(tmp_path, [3, 3, 2], "Running Perf Analyzer : 'perf_analyzer -m rps_ensemble'\n")
+    result = read_exports(tmp_path, log)
+    assert (result.requests, result.recorded, result.unanswered, result.errors) == (3, 3, 0, [])
+    assert "input_config" not in result.stats
+    summary = result.summary()
+    assert summary["time_to_first_token_ms"] == {"avg": 10.0, "p50": 9.0, "p90": 12.0, "p99": 13.0}
+    assert summary["requests_per_s"] == 2.5
+
+
+def test_errors_and_unanswered_requests_are_found(tmp_path: Path) -> None:
+    log = _write_run(tmp_path, [3, 0], "ok\nThread [0] had error: in ensemble 'rps_ensemble', bad request\n")
+    result = read_exports(tmp_path, log)
+    assert (result.responses, result.unanswered) == ([3, 0], 1)
+    assert result.errors == ["Thread [0] had error: in ensemble 'rps_ensemble', bad request"]
+
+
+def test_a_missing_install_says_how_to_make_it(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="make setup-genai-perf"):
+        genai_perf_executable(tmp_path / "venv-genai-perf")
