@@ -23,8 +23,11 @@ LABELS = {c.label for c in RequestClass}
 
 
 def preprocess_features(server: Server, generation: Generation) -> np.ndarray:
+    """`preprocess`'s features for `generation`, sent its inputs: vllm_backend's less the return_*
+    flags, which the ensemble hands `vllm_model` directly."""
     client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
-    result = client.infer("preprocess", infer_inputs(grpcclient, generation.tensors()))
+    tensors = replace(generation, additional_outputs=()).tensors()
+    result = client.infer("preprocess", infer_inputs(grpcclient, tensors))
     features: np.ndarray = result.as_numpy("features")
     return features
 
