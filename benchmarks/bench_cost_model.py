@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.timing import median_seconds
+from rps_harness.workload.synthetic_profile import reference_profile
 from rps_serve.cost import features as cols
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
-from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality, RequestFeatures
 
 

@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from rps_harness.workload.media import random_image, random_video
+from rps_harness.workload.prompts import filler_text
+from rps_harness.workload.request_format import RequestFormat
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import filler_text
-from rps_serve.workload.request_format import RequestFormat
 
 BACKLOGS = (64, 256, 1024, 4096)
 RUNNING = 4
@@ -166,7 +166,7 @@ def _spread(samples: list[float]) -> str:
 
 def _shipped_rps() -> dict[str, Any]:
     """The `rps` settings `model.json` ships."""
-    from rps_serve.local.checkout import REPOSITORY
+    from rps_harness.local.checkout import REPOSITORY
     from rps_serve.triton.settings import SETTINGS_FILE
 
     shipped: dict[str, Any] = json.loads((REPOSITORY / SETTINGS_FILE).read_text()).get("rps", {})

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import time
 
+from rps_harness.sim.run import SimulationConfig, prepare, run_policy
+from rps_harness.workload.source import SyntheticWorkload
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
-from rps_serve.sim.run import SimulationConfig, prepare, run_policy
-from rps_serve.workload.source import SyntheticWorkload
 
 
 def _time_one(policy: str, requests: int, rate: float) -> tuple[float, float, int]:

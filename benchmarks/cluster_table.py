@@ -1,6 +1,6 @@
 """What class-aware picking is worth: replicas of the 7B on one H100 each, every replica running the
 shipped policy, behind round-robin, least-queue (the llm-d router's default pick) and class-aware
-routers, in the simulator's cluster mode (`rps_serve.sim.cluster`, routers in `rps_serve.sim.routing`).
+routers, in the simulator's cluster mode (`rps_harness.sim.cluster`, routers in `rps_harness.sim.routing`).
 
 Run: `python benchmarks/cluster_table.py [NAME ...] [--replicas 2,4,8] [--requests N] [--out DIR]`
 (`make cluster-table`), NAME a setting of `h100_comparison.SETTINGS` (default: mixed-iii and
@@ -13,7 +13,7 @@ cluster's own capacity would have to be searched behind one of them). Each run h
 requests. Per setting and N, each router's sand P90 TTFT, text P90 TTFT, mean normalized latency and
 video mean TTFT (steady window, mean over the seeds) and the spread of requests over replicas; then
 each router over round-robin and class-aware over least-queue per metric: the geometric mean of the
-per-seed ratios with its 95% interval over seeds (`rps_serve.comparison.paired_ratio`), `=` where the
+per-seed ratios with its 95% interval over seeds (`rps_harness.comparison.paired_ratio`), `=` where the
 interval includes 1. The seeds are `h100_comparison.SEEDS`, fixed in code before any run; each
 seed's trace goes through every router back to back; every run is reported. Deterministic: the same
 commit prints the same table.
@@ -34,10 +34,10 @@ from tqdm import tqdm
 from experiments import SMALL
 from h100_comparison import SEEDS, SETTINGS, Comparison, check_settings
 from policy_table import METRICS
-from rps_serve.comparison import paired_ratio, steady
-from rps_serve.metrics import RequestRecords
-from rps_serve.sim.routing import Routing
-from rps_serve.sim.run import prepare, run_cluster
+from rps_harness.comparison import paired_ratio, steady
+from rps_harness.metrics import RequestRecords
+from rps_harness.sim.routing import Routing
+from rps_harness.sim.run import prepare, run_cluster
 
 POLICY = "headroom"
 NAMES = ("mixed-iii", "cost-vs-modality")

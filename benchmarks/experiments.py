@@ -15,15 +15,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rps_serve.plots import plot_latency_vs_load
+from rps_harness.plots import plot_latency_vs_load
+from rps_harness.sim.breakdown import ttft_parts
+from rps_harness.sim.engine import StepRecord
+from rps_harness.sim.hardware import tp_speedup
+from rps_harness.sim.run import SimulationConfig, prepare, run_policy, run_simulation
+from rps_harness.sim.starvation import SustainedSand, run_sustained_sand
+from rps_harness.workload.source import SyntheticWorkload
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.sim.breakdown import ttft_parts
-from rps_serve.sim.engine import StepRecord
-from rps_serve.sim.hardware import tp_speedup
-from rps_serve.sim.run import SimulationConfig, prepare, run_policy, run_simulation
-from rps_serve.sim.starvation import SustainedSand, run_sustained_sand
-from rps_serve.workload.source import SyntheticWorkload
 
 SMALL = DEFAULT_REFERENCE  # the paper's 7B
 LARGE = "llava-onevision-qwen2-72b"

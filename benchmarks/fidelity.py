@@ -8,14 +8,14 @@
    seed, a fresh server under policy P, started as `rps-serve serve --policy P` starts it
    (`local.server.launch_server`; its run log kept: `triton.run_log`), and `rps-serve bench --trace`
    against it through `rps_ensemble` (its isolated runs, one request at a time, first);
-4. a measured simulator profile (`rps_serve.sim.measured`): prefill lines from the profile, decode
+4. a measured simulator profile (`rps_harness.sim.measured`): prefill lines from the profile, decode
    step and front-end cost from the isolated runs of step 3 (no loaded run is used), the front-end
    workers and the plug-in's settings of model.json, the aging clock of the served cost model;
 5. `rps-serve simulate --measured measured.json --trace served.jsonl`, where served.jsonl is the trace
    with the token counts the server saw (the bench's prompts, tokenized; the model's media sizes);
 6. per row (load, policy, TTFT mean and P90 per modality, TPOT mean), simulated over measured per
    seed, and over seeds their geometric mean with a 95% t-interval on the logarithms (the seed is the
-   unit, as in `rps_serve.comparison`): `fidelity.json` and a table. Every run is reported.
+   unit, as in `rps_harness.comparison`): `fidelity.json` and a table. Every run is reported.
 
 Placed as `rps-serve demo` places its runs (`loadtest.placement`): the engine's worker on a core of
 its own, this script and everything it starts on the others (`--no-pin`: where the OS puts them).
@@ -40,25 +40,31 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.comparison import log_t_interval
+from rps_harness.comparison import log_t_interval
+from rps_harness.loadtest.capacity import measure_capacity, request_stream
+from rps_harness.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
+from rps_harness.loadtest.placement import Placement
+from rps_harness.loadtest.run_analysis import in_window, read_run_log
+from rps_harness.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
+from rps_harness.local.repository import ready_to_serve
+from rps_harness.local.server import EngineSettings, launch_server
+from rps_harness.sim.measured import (
+    LoadedSteps,
+    MeasuredProfile,
+    decode_costs,
+    front_end_seconds,
+    robust_lines,
+)
+from rps_harness.sim.step_fit import Steps, loaded_steps, steps_from_records
+from rps_harness.workload.content import ContentLimits, plan_content
+from rps_harness.workload.request_format import RequestFormat
+from rps_harness.workload.trace import Trace, read_trace, write_trace
+from rps_harness.workload_profiler.plan import ProfilePlan
 from rps_serve.cost.runtime import aging_time_scale, trained_profile_name
-from rps_serve.loadtest.capacity import measure_capacity, request_stream
-from rps_serve.loadtest.load import ISOLATED_SEED_OFFSET, isolated_rows, subset_trace
-from rps_serve.loadtest.placement import Placement
-from rps_serve.loadtest.run_analysis import in_window, read_run_log
-from rps_serve.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
-from rps_serve.local.repository import ready_to_serve
-from rps_serve.local.server import EngineSettings, launch_server
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
-from rps_serve.sim.measured import LoadedSteps, MeasuredProfile, decode_costs, front_end_seconds, robust_lines
-from rps_serve.sim.step_fit import Steps, loaded_steps, steps_from_records
 from rps_serve.triton.settings import load_settings
 from rps_serve.vllm_plugin.config import RPSConfig
-from rps_serve.workload.content import ContentLimits, plan_content
-from rps_serve.workload.request_format import RequestFormat
-from rps_serve.workload.trace import Trace, read_trace, write_trace
-from rps_serve.workload_profiler.plan import ProfilePlan
 
 CLI = [str(Path(sys.executable).parent / "rps-serve")]
 KV_CACHE_GIB = 1  # configure_cpu_engine_environment's VLLM_CPU_KVCACHE_SPACE

@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.fidelity import RUN_LOG, replay_records
-from rps_serve.metrics import grouped_metrics
+from rps_harness.metrics import grouped_metrics
+from rps_harness.sim.engine import StepRecord
+from rps_harness.sim.run import SimulationConfig, SimulationSetup, prepare, run_policy
+from rps_harness.sim.step_fit import steps_from_records
+from rps_harness.workload.source import TraceFile
+from rps_harness.workload.trace import read_trace
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
-from rps_serve.sim.engine import StepRecord
-from rps_serve.sim.run import SimulationConfig, SimulationSetup, prepare, run_policy
-from rps_serve.sim.step_fit import steps_from_records
-from rps_serve.workload.source import TraceFile
-from rps_serve.workload.trace import read_trace
 
 POLICIES = ("fcfs", "rps")
 LOADED_TERMS = ("step_s", "chunk_token_s", "kv_token_s")

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from rps_harness.sim.hardware import H100, GpuSpec, model_spec
+from rps_harness.sim.timing import TimingModel, timing_from_lines
 from rps_serve.profiles.lines import fit_line
 from rps_serve.profiles.reference import reference_model
 from rps_serve.requests import Modality
-from rps_serve.sim.hardware import H100, GpuSpec, model_spec
-from rps_serve.sim.timing import TimingModel, timing_from_lines
 
 H200_BANDWIDTH = GpuSpec(hbm_bytes_per_s=4.8e12)
 VIDEO_TOKENS_PER_FRAME = 196  # LLaVA-OneVision pools each frame's 729 patches 2x2

@@ -1,6 +1,6 @@
 """Engine-step costs of the served model's shapes on a GPU, against the simulator's timing model.
 
-The simulator's H100 claims rest on `rps_serve.sim.timing`: a step costs a fixed part plus the text
+The simulator's H100 claims rest on `rps_harness.sim.timing`: a step costs a fixed part plus the text
 line's slope per scheduled token, plus reading every decode's KV cache, plus the vision encoder, and a
 later prefill chunk costs what the first did. `measure` times those steps on the GPU it runs on, with
 the model's own matrix shapes (random bf16 weights, no checkpoint needed): a decoder layer as
@@ -40,7 +40,7 @@ class Shape:
     """One GPU's share of a transformer stack: every layer, a 1/tp slice of its heads and MLP."""
 
     name: str
-    reference: str  # the simulator's model (`rps_serve.sim.hardware.MODEL_SPECS`)
+    reference: str  # the simulator's model (`rps_harness.sim.hardware.MODEL_SPECS`)
     layers: int
     hidden: int
     heads: int

@@ -11,7 +11,7 @@ simulated capacity, mixed-iii at 1.3x (sustained overload for the whole arrival 
 drain) and under KV pressure (a cache of `KV_PRESSURE_TOKENS`, at 0.9x of the capacity with that
 cache). The capacity is the demo's: the highest Poisson rate at which FCFS's backlog stays bounded
 (`loadtest.capacity.search_open_loop_capacity`), probed on seed 0's trace. The method is the real
-comparisons' (`rps_serve.comparison`): `SEEDS`, fixed here before any run, give paired traces; each
+comparisons' (`rps_harness.comparison`): `SEEDS`, fixed here before any run, give paired traces; each
 ratio is the geometric mean of the per-seed ratios over the steady window with a Student-t interval
 on their logarithms; every run is reported, none is dropped.
 """
@@ -29,18 +29,18 @@ from typing import Any
 import numpy as np
 
 from experiments import LARGE, SMALL
-from rps_serve.client import Tally
-from rps_serve.comparison import HEADLINE_METRICS, Metric, Ratio, paired_ratio
-from rps_serve.loadtest.capacity import OpenLoopCapacity, search_open_loop_capacity
-from rps_serve.loadtest.replay import Replayed
-from rps_serve.metrics import RequestRecords
+from rps_harness.client import Tally
+from rps_harness.comparison import HEADLINE_METRICS, Metric, Ratio, paired_ratio
+from rps_harness.loadtest.capacity import OpenLoopCapacity, search_open_loop_capacity
+from rps_harness.loadtest.replay import Replayed
+from rps_harness.metrics import RequestRecords
+from rps_harness.sim.breakdown import ttft_parts
+from rps_harness.sim.engine import StepRecord
+from rps_harness.sim.hardware import Execution
+from rps_harness.sim.run import SimulationConfig, SimulationSetup, prepare, run_policy
+from rps_harness.workload.shapes import SERVING
+from rps_harness.workload.source import SyntheticWorkload
 from rps_serve.requests import RequestClass
-from rps_serve.sim.breakdown import ttft_parts
-from rps_serve.sim.engine import StepRecord
-from rps_serve.sim.hardware import Execution
-from rps_serve.sim.run import SimulationConfig, SimulationSetup, prepare, run_policy
-from rps_serve.workload.shapes import SERVING
-from rps_serve.workload.source import SyntheticWorkload
 
 SEEDS = (0, 1, 2, 3, 4)
 BASELINES = ("fcfs", "vllm-priority", "modality-priority")

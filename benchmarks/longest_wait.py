@@ -24,13 +24,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 from h100_comparison import DEPLOYMENTS, SEEDS, Comparison, Setting, _model
-from rps_serve.comparison import STOCK_WAIT_MARGIN, WaitCheck, longest_ttft_per_class, wait_checks
+from rps_harness.comparison import (
+    STOCK_PRIORITIES,
+    STOCK_WAIT_MARGIN,
+    WaitCheck,
+    longest_ttft_per_class,
+    wait_checks,
+)
+from rps_harness.sim.simulator import policy_variant
 from rps_serve.requests import RequestClass
-from rps_serve.sim.simulator import policy_variant
 
 MIX = "mixed-iii"
 LOADS = (0.5, 0.7, 0.9, 1.1, 1.3)
-STOCK_PRIORITIES = ("vllm-priority", "modality-priority")
 
 
 def sweep(comparison: Comparison, policy: str) -> tuple[list[dict[str, object]], list[WaitCheck]]:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rps_harness.local.checkout import REPOSITORY
 from rps_serve.cost import features as cols
 from rps_serve.cost.runtime import OnnxCostModel
-from rps_serve.local.checkout import REPOSITORY
 from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.requests import Modality
 

@@ -20,23 +20,23 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rps_serve.client import ServedClasses
+from rps_harness.client import ServedClasses
+from rps_harness.loadtest.replay import build_requests, replay
+from rps_harness.loadtest.server_stats import ServedFit, scrape
+from rps_harness.local.checkout import PROFILES, TINY_MODEL
+from rps_harness.local.repository import online_refit_copy
+from rps_harness.local.server import EngineSettings, launch_server
+from rps_harness.sim.online import probe_grid
+from rps_harness.workload.content import ContentLimits
+from rps_harness.workload.request_format import RequestFormat
+from rps_harness.workload.source import SyntheticWorkload
+from rps_harness.workload.synthetic_profile import with_slower_admission
+from rps_harness.workload.trace import Trace
 from rps_serve.cost.model import Assesses, agreement, agreement_by_modality
 from rps_serve.cost.training import TrainingOptions, fit_cost_model, train_cost_model
-from rps_serve.loadtest.replay import build_requests, replay
-from rps_serve.loadtest.server_stats import ServedFit, scrape
-from rps_serve.local.checkout import PROFILES, TINY_MODEL
-from rps_serve.local.repository import online_refit_copy
-from rps_serve.local.server import EngineSettings, launch_server
 from rps_serve.profiles.records import read_records
-from rps_serve.profiles.synthetic import with_slower_admission
 from rps_serve.requests import Modality, RequestFeatures
-from rps_serve.sim.online import probe_grid
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-from rps_serve.workload.content import ContentLimits
-from rps_serve.workload.request_format import RequestFormat
-from rps_serve.workload.source import SyntheticWorkload
-from rps_serve.workload.trace import Trace
 
 AGREED = 0.9  # the bar: the probe grid classed as the profile-trained cost model classes it
 CONTENT = ContentLimits(max_text_tokens=4096, max_output_tokens=8)

@@ -13,19 +13,19 @@ import argparse
 import time
 from pathlib import Path
 
-from rps_serve.client import ServedClasses
+from rps_harness.client import ServedClasses
+from rps_harness.loadtest.replay import build_requests, replay
+from rps_harness.loadtest.server_stats import ServedFit, scrape
+from rps_harness.local.checkout import REPOSITORY, TINY_MODEL
+from rps_harness.local.repository import online_refit_copy, train_reference_cost_models
+from rps_harness.local.server import EngineSettings, launch_server
+from rps_harness.sim.online import probe_grid
+from rps_harness.workload.content import ContentLimits
+from rps_harness.workload.request_format import RequestFormat
+from rps_harness.workload.source import SyntheticWorkload
 from rps_serve.cost.model import agreement, agreement_by_modality
 from rps_serve.cost.runtime import OnnxCostModel
-from rps_serve.loadtest.replay import build_requests, replay
-from rps_serve.loadtest.server_stats import ServedFit, scrape
-from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
-from rps_serve.local.repository import online_refit_copy, train_reference_cost_models
-from rps_serve.local.server import EngineSettings, launch_server
-from rps_serve.sim.online import probe_grid
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-from rps_serve.workload.content import ContentLimits
-from rps_serve.workload.request_format import RequestFormat
-from rps_serve.workload.source import SyntheticWorkload
 
 CONTENT = ContentLimits(max_text_tokens=4096, max_output_tokens=8)
 

@@ -27,17 +27,17 @@ import numpy as np
 
 from experiments import LARGE, SMALL, run_chosen
 from h100_comparison import SEEDS, SETTINGS, Comparison, claim_rows
-from rps_serve.comparison import HEADLINE_METRICS, paired_ratio, steady
-from rps_serve.loadtest.capacity import BOUNDED_GROWTH, backlog_growth
-from rps_serve.metrics import RequestRecords
-from rps_serve.plots import plot_latency_vs_load
+from rps_harness.comparison import HEADLINE_METRICS, paired_ratio, steady
+from rps_harness.loadtest.capacity import BOUNDED_GROWTH, backlog_growth
+from rps_harness.metrics import RequestRecords
+from rps_harness.plots import plot_latency_vs_load
+from rps_harness.sim.hardware import Execution, tp_speedup
+from rps_harness.sim.run import SimulationConfig, prepare, run_policy, run_simulation
+from rps_harness.workload.shapes import ISOLATION, SERVING
+from rps_harness.workload.source import SyntheticWorkload
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import ClassParameters, PressureSettings, class_ladder
 from rps_serve.scheduling.regulator import outrank_wait_s
-from rps_serve.sim.hardware import Execution, tp_speedup
-from rps_serve.sim.run import SimulationConfig, prepare, run_policy, run_simulation
-from rps_serve.workload.shapes import ISOLATION, SERVING
-from rps_serve.workload.source import SyntheticWorkload
 
 # One GPU serving the 7B model: below saturation, at it, and past it (eager, serving shapes).
 RATES_1GPU = (6.0, 8.0, 10.0, 12.0, 14.0)

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rps_serve.loadtest.genai_perf import GenAIPerfRun, run_genai_perf
-from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
-from rps_serve.local.checkout import REPOSITORY, TINY_MODEL
-from rps_serve.local.repository import ensure_cost_models, ensure_tiny_model
-from rps_serve.local.server import EngineSettings, launch_server
+from rps_harness.loadtest.genai_perf import GenAIPerfRun, run_genai_perf
+from rps_harness.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
+from rps_harness.local.checkout import REPOSITORY, TINY_MODEL
+from rps_harness.local.repository import ensure_cost_models, ensure_tiny_model
+from rps_harness.local.server import EngineSettings, launch_server
 from rps_serve.requests import Modality
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
 

@@ -7,7 +7,7 @@ Run: `python benchmarks/policy_table.py [NAME ...] [--candidates P,P] [--request
 latency and video mean TTFT (steady window, mean over the seeds), its longest TTFT (the whole run,
 the longest over the seeds) and its preemptions; then each candidate over each stock priority
 (`vllm-priority`, `modality-priority`) per metric: the geometric mean of the per-seed ratios with its
-95% interval over seeds (`rps_serve.comparison.paired_ratio`), `=` where the interval includes 1.
+95% interval over seeds (`rps_harness.comparison.paired_ratio`), `=` where the interval includes 1.
 The seeds are `h100_comparison.SEEDS`, fixed in code before any run; every run is reported.
 Deterministic: the same commit prints the same table.
 """
@@ -23,12 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from h100_comparison import BASELINES, DEPLOYMENTS, SEEDS, SETTINGS, Comparison, _model, check_settings
-from rps_serve.comparison import HEADLINE_METRICS, Metric, paired_ratio, steady
-from rps_serve.metrics import RequestRecords
-from rps_serve.sim.simulator import policy_variant
+from rps_harness.comparison import HEADLINE_METRICS, STOCK_PRIORITIES, Metric, paired_ratio, steady
+from rps_harness.metrics import RequestRecords
+from rps_harness.sim.simulator import policy_variant
 
 CANDIDATES = ("rps", "rps-no-evict", "bounded", "bounded-evict", "headroom")
-STOCK_PRIORITIES = ("vllm-priority", "modality-priority")
 METRICS: tuple[Metric, ...] = tuple(
     m
     for name in ("sand P90 TTFT", "text P90 TTFT", "normalized latency mean", "video mean TTFT")

@@ -12,13 +12,13 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from rps_harness.sim.online import probe_grid
+from rps_harness.workload.synthetic_profile import reference_profile
 from rps_serve.cost.model import agreement
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.cost.training import TrainingOptions, train_cost_model
 from rps_serve.profiles.records import read_records
 from rps_serve.profiles.reference import reference_model_names
-from rps_serve.profiles.synthetic import reference_profile
-from rps_serve.sim.online import probe_grid
 
 PER_KIND = 500  # records per request kind, as `rps-serve train --reference` synthesizes them
 

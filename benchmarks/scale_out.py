@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments import RATE_1GPU, SMALL
-from rps_serve.metrics import grouped_metrics
-from rps_serve.sim.routing import Routing
-from rps_serve.sim.run import SimulationConfig, prepare, run_cluster
-from rps_serve.workload.source import SyntheticWorkload
+from rps_harness.metrics import grouped_metrics
+from rps_harness.sim.routing import Routing
+from rps_harness.sim.run import SimulationConfig, prepare, run_cluster
+from rps_harness.workload.source import SyntheticWorkload
 
 MIX = "mixed-iii"
 REPLICA_COUNTS = (1, 4, 16)

@@ -1,7 +1,7 @@
 """Fit the engine's step time from its own steps under load, and set it beside the simulator's model.
 
 Reads server run logs (`RPS_RUN_LOG`, one JSON line per engine step: `triton.run_log`), fits the terms
-of `rps_serve.sim.step_fit` on the steps of the positional logs, scores the fit on the `--held-out`
+of `rps_harness.sim.step_fit` on the steps of the positional logs, scores the fit on the `--held-out`
 logs' steps (R^2, median absolute relative error, total seconds per run), and prints beside it what
 the simulator's timing model (`sim.measured`: prefill lines from the isolated profile `--profile`, the
 decode step and per-KV-token cost from isolated requests) charges for the same steps, part by part.
@@ -18,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from rps_serve.profiles.records import read_records
-from rps_serve.requests import Modality
-from rps_serve.sim.measured import MeasuredProfile, robust_lines
-from rps_serve.sim.step_fit import (
+from rps_harness.sim.measured import MeasuredProfile, robust_lines
+from rps_harness.sim.step_fit import (
     CPU_KV_CAPACITY_TOKENS,
     DEFAULT_TERMS,
     TERMS,
@@ -32,7 +30,9 @@ from rps_serve.sim.step_fit import (
     score,
     simulator_step_s,
 )
-from rps_serve.sim.timing import TimingModel
+from rps_harness.sim.timing import TimingModel
+from rps_serve.profiles.records import read_records
+from rps_serve.requests import Modality
 
 # The CPU stack's isolated decode costs (the measured profile of 30 November: the isolated requests'
 # time per output token on their context, 5.5 ms + 0.68 us per context token).

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from rps_harness.local.tiny_model import Family, TinyModelSpec, build_tiny_model
+from rps_harness.workload.request_format import RequestFormat
+from rps_harness.workload.synthetic_profile import reference_profile
 from rps_serve.cost.training import TrainingOptions, train_cost_model
-from rps_serve.local.tiny_model import Family, TinyModelSpec, build_tiny_model
 from rps_serve.profiles.records import ProfileRecord
-from rps_serve.profiles.synthetic import reference_profile
-from rps_serve.workload.request_format import RequestFormat
 
 REFERENCE_MODEL = "llava-onevision-qwen2-7b"
 E2E = Path(__file__).parent / "e2e"

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from rps_serve.client import encode_image, encode_video
+from rps_harness.client import encode_image, encode_video
+from rps_harness.workload.media import random_image, random_video
 from rps_serve.triton import protocol as p
-from rps_serve.workload.media import random_image, random_video
 
 # Every input a generate request may carry (rps_ensemble and vllm_model alike).
 INPUT_NAMES = (

@@ -6,7 +6,7 @@ import functools
 
 import jinja2
 
-from rps_serve.local.tiny_model import QWEN_CHAT_TEMPLATE
+from rps_harness.local.tiny_model import QWEN_CHAT_TEMPLATE
 from rps_serve.requests import Modality
 
 

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import numpy as np
 
-from rps_serve.cli.arguments import cost_model_source
-from rps_serve.comparison import ratio_rows, steady
+from rps_harness.cli.arguments import cost_model_source
+from rps_harness.comparison import ratio_rows, steady
+from rps_harness.loadtest.demo_analysis import CANDIDATE
+from rps_harness.loadtest.replay import build_requests, replay, warm_up
+from rps_harness.loadtest.tables import ratio_table, ttft_table
+from rps_harness.metrics import RequestRecords, concatenate_records
+from rps_harness.workload.content import ContentLimits
+from rps_harness.workload.mixes import MIXES, mix_by_name
+from rps_harness.workload.request_format import RequestFormat
+from rps_harness.workload.trace import generate_trace
 from rps_serve.cost.runtime import aging_time_scale
-from rps_serve.loadtest.demo_analysis import CANDIDATE
-from rps_serve.loadtest.replay import build_requests, replay, warm_up
-from rps_serve.loadtest.tables import ratio_table, ttft_table
-from rps_serve.metrics import RequestRecords, concatenate_records
-from rps_serve.workload.content import ContentLimits
-from rps_serve.workload.mixes import MIXES, mix_by_name
-from rps_serve.workload.request_format import RequestFormat
-from rps_serve.workload.trace import generate_trace
 
 
 def _replay(args: argparse.Namespace) -> None:

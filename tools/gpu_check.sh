@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The policies on this machine's GPUs, inside the rps-serve image, in the form of the CPU stack's
+# The policies on this machine's GPUs, inside the rps-serve image's gpu-check stage, in the form of the CPU stack's
 # `rps-serve demo`: first a profile of the served model (isolated runs on its engine, as model.json sets
 # it up) to train the repository's cost models on; then for each policy a fresh tritonserver on the
 # repository (RPS_POLICY selects the scheduler), the same paired seeds of a mixed text/image/video
 # workload replayed through rps_ensemble with tritonclient's gRPC streaming; then the steady-state TTFT
 # per modality and RPS's ratios to each baseline with their 95% intervals.
 #
-#   docker run --rm --gpus all --shm-size 16g rps-serve:llava-onevision-qwen2-7b tools/gpu_check.sh
+#   docker build -f docker/Dockerfile --target gpu-check -t rps-serve:llava-onevision-qwen2-7b-check .
+#   docker run --rm --gpus all --shm-size 16g rps-serve:llava-onevision-qwen2-7b-check tools/gpu_check.sh
 #
 # Settings (environment):
 #   MODEL      model directory to serve; default: a tiny random LLaVA-OneVision (the image's family)

@@ -1,5 +1,6 @@
-"""What a module of `rps_serve` needs installed: the modules of the package it reaches and the
-top-level names of the others it imports, read from the source (nothing is imported).
+"""What a module of the project's packages (`rps_serve`, `rps_harness`) needs installed: the modules
+of the packages it reaches and the top-level names of the others it imports, read from the source
+(nothing is imported).
 
 A reached module's every import counts, inside functions too (its functions may run), except under
 `if TYPE_CHECKING:`; a package's `__init__`, imported on the way to one of its modules, counts only
@@ -20,7 +21,7 @@ from pathlib import Path
 from tests.checkout import CHECKOUT
 
 SOURCE = CHECKOUT / "python_backends"
-PACKAGE = "rps_serve"
+PACKAGES = ("rps_serve", "rps_harness")
 
 
 def module_file(name: str) -> Path | None:
@@ -116,7 +117,7 @@ def needs(*starts: str) -> Needs:
             seen.add(name)
             for imported in imports(name, in_functions=in_functions):
                 top = imported.partition(".")[0]
-                if top == PACKAGE:
+                if top in PACKAGES:
                     todo.append((imported, in_functions, name))
                 elif top and top not in sys.stdlib_module_names:
                     result.outside.setdefault(top, name)
@@ -127,18 +128,19 @@ def script_needs(path: Path) -> Needs:
     """What running the script at `path` may import: its own imports, and what the package's modules
     among them need."""
     imported = file_imports(path)
-    result = needs(*(name for name in imported if name.partition(".")[0] == PACKAGE))
+    result = needs(*(name for name in imported if name.partition(".")[0] in PACKAGES))
     for name in imported:
         top = name.partition(".")[0]
-        if top != PACKAGE and top not in sys.stdlib_module_names:
+        if top not in PACKAGES and top not in sys.stdlib_module_names:
             result.outside.setdefault(top, str(path.relative_to(CHECKOUT)))
     return result
 
 
-def package_modules() -> list[str]:
-    """Every module of the package, packages (their `__init__`) included."""
+def package_modules(package: str | None = None) -> list[str]:
+    """Every module of `package` (default: both), packages (their `__init__`) included."""
     names = []
-    for path in sorted((SOURCE / PACKAGE).rglob("*.py")):
+    packages = (package,) if package else PACKAGES
+    for path in sorted(path for name in packages for path in (SOURCE / name).rglob("*.py")):
         parts = path.relative_to(SOURCE).with_suffix("").parts
         names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
@@ -155,7 +157,7 @@ def module_graph() -> dict[str, set[str]]:
         own = {".".join(module.split(".")[:depth]) for depth in range(1, module.count(".") + 2)}
         loaded: set[str] = set()
         for name in file_imports(path, module, in_functions=False, type_checking=True):
-            if name.partition(".")[0] != PACKAGE:
+            if name.partition(".")[0] not in PACKAGES:
                 continue
             parts = _nearest_module(name).split(".")
             loaded.update(".".join(parts[:depth]) for depth in range(2, len(parts) + 1))

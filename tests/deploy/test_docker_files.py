@@ -49,6 +49,30 @@ ARGS = dict(arg.split("=", 1) for kind, arg in INSTRUCTIONS if kind == "ARG" and
 CMD = json.loads(next(arg for kind, arg in INSTRUCTIONS if kind == "CMD"))
 
 
+def build_stages(instructions: list[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """Each stage's instructions by its name (`FROM ... AS name`; the last, unnamed one is `""`),
+    its FROM first; the ARGs before the first FROM belong to none."""
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for kind, arg in instructions:
+        if kind == "FROM":
+            words = arg.split()
+            current = stages.setdefault(words[2] if len(words) == 3 and words[1].upper() == "AS" else "", [])
+        current.append((kind, arg))
+    return stages
+
+
+STAGES = build_stages(INSTRUCTIONS)
+
+
+def stage_chain(name: str) -> list[str]:
+    """The stages `name` is built on, itself first, up to the one FROM an image."""
+    chain = [name]
+    while (parent := STAGES[chain[-1]][0][1].split()[0]) in STAGES:
+        chain.append(parent)
+    return chain
+
+
 def _flag(name: str) -> str:
     return next(a.split("=", 1)[1] for a in CMD if a.startswith(f"--{name}="))
 
@@ -62,7 +86,7 @@ def _tensor_parallel(config: str) -> int:
 
 
 def test_the_base_is_nvidias_triton_vllm_container() -> None:
-    base = next(arg for kind, arg in INSTRUCTIONS if kind == "FROM")
+    base = STAGES[stage_chain("")[-1]][0][1].split()[0]
     assert base == "nvcr.io/nvidia/tritonserver:${TRITON_TAG}-vllm-python-py3"
     assert re.fullmatch(r"\d{2}\.\d{2}", ARGS["TRITON_TAG"])
 
@@ -81,7 +105,7 @@ def test_the_default_config_exists() -> None:
 def test_the_images_rps_serve_steps_run_here(tmp_path: Path) -> None:
     """Every `rps-serve` command of the build, with the build's arguments, runs with this checkout's
     CLI (its output redirected under `tmp_path`): a renamed option fails here, not in `docker build`."""
-    from rps_serve.cli import main
+    from rps_harness.cli import main
 
     steps = [
         shlex.split(re.sub(r"\$\{(\w+)\}", lambda m: ARGS[m.group(1)], part))
@@ -103,7 +127,11 @@ def test_every_copied_file_exists_and_is_not_docker_ignored() -> None:
         for line in (CHECKOUT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    copies = [shlex.split(arg)[:-1] for kind, arg in INSTRUCTIONS if kind == "COPY"]
+    copies = [
+        shlex.split(arg)[:-1]
+        for kind, arg in INSTRUCTIONS
+        if kind == "COPY" and not arg.startswith("--from=")
+    ]
     sources = [source for sources in copies for source in sources]
     assert "python_backends" in sources and "model_repository" in sources
     for source in sources:
@@ -111,6 +139,25 @@ def test_every_copied_file_exists_and_is_not_docker_ignored() -> None:
         parts = Path(source).parts
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
         assert not [p for p in ignored for prefix in prefixes if fnmatch.fnmatch(prefix, p)], source
+
+
+def test_the_served_image_holds_the_serving_package_only() -> None:
+    """What the default image is built from copies `rps_serve` and never the harness: no other folder of
+    python_backends, no install of the project (its `rps-serve` script is the harness's); from the
+    harness's stage it takes the trained model repository only."""
+    served = [step for stage in stage_chain("") for step in STAGES[stage]]
+    sources = [
+        source
+        for kind, arg in served
+        if kind == "COPY" and not arg.startswith("--from=")
+        for source in shlex.split(arg)[:-1]
+    ]
+    assert "python_backends/rps_serve" in sources
+    assert not [s for s in sources if s.startswith("python_backends") and s != "python_backends/rps_serve"]
+    assert not [arg for kind, arg in served if kind == "RUN" and re.search(r"pip install[^&]* \.( |$)", arg)]
+    taken = [shlex.split(arg) for kind, arg in served if kind == "COPY" and arg.startswith("--from=")]
+    assert all(Path(words[1]).name == "model_repository" for words in taken), taken
+    assert "PYTHONPATH=/opt/rps-serve/python_backends" in next(arg for kind, arg in served if kind == "ENV")
 
 
 def test_the_image_installs_every_runtime_dependency_of_the_package() -> None:

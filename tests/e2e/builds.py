@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.local.repository import train_reference_cost_models
-from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
+from rps_harness.local.repository import train_reference_cost_models
+from rps_harness.local.tiny_model import TinyModelSpec, build_tiny_model
 from tests.checkout import REPOSITORY
 
 _models: dict[tuple[Path, TinyModelSpec], Path] = {}

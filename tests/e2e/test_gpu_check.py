@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.cli.arguments import cost_model_source
-from rps_serve.local.server import free_port, prepare_server_tree, server_environment
-from rps_serve.local.tiny_model import Family, TinyModelSpec
+from rps_harness.cli.arguments import cost_model_source
+from rps_harness.local.server import free_port, prepare_server_tree, server_environment
+from rps_harness.local.tiny_model import Family, TinyModelSpec
 from tests.checkout import CHECKOUT
 from tests.e2e.builds import tiny_model, trained_repository
 

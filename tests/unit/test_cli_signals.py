@@ -10,7 +10,7 @@ import pytest
 
 SCRIPT = """
 import signal, time
-from rps_serve import cli
+from rps_harness import cli
 signal.signal(signal.SIGTERM, cli._exit_on_sigterm)
 try:
     print("started", flush=True)

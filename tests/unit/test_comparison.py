@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from rps_serve.comparison import (
+from rps_harness.comparison import (
     HEADLINE_METRICS,
     Metric,
     Ratio,
@@ -20,7 +20,7 @@ from rps_serve.comparison import (
     ratio_rows,
     steady,
 )
-from rps_serve.metrics import STEADY_STATE_TRIM, RequestRecords
+from rps_harness.metrics import STEADY_STATE_TRIM, RequestRecords
 from rps_serve.requests import Modality
 
 METRICS = {m.name: m for m in HEADLINE_METRICS}

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from rps_serve.metrics import RequestRecords, grouped_metrics, latency_metrics, slo_metrics, summary
+from rps_harness.metrics import RequestRecords, grouped_metrics, latency_metrics, slo_metrics, summary
 from rps_serve.requests import Modality
 
 

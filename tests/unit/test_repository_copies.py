@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.cost.runtime import REPORT_FILE
-from rps_serve.local.repository import (
+from rps_harness.local.repository import (
     FRONT_MODELS,
     engine_model,
     ensemble_model,
@@ -17,6 +16,7 @@ from rps_serve.local.repository import (
     policy_models,
     policy_repository,
 )
+from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.triton import protocol as p
 from rps_serve.triton.run_log import RunLog

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from rps_serve.client import StreamClient
+from rps_harness.client import StreamClient
 
 BROKEN = "The stream is no longer in valid state"
 

@@ -57,6 +57,12 @@ class Policy(enum.Enum):
         """Run by vLLM's own scheduler (the baselines), not the RPS plug-in."""
         return self.row.stock
 
+    @property
+    def is_stock_priority(self) -> bool:
+        """Stock vLLM's priority policy, over our classes or the modalities: the one line of vLLM
+        configuration a user picks instead of RPS-Serve, so the baseline every candidate must beat."""
+        return self.row.stock and self.row.by_class
+
     def request_priority(self, level: int, modality: Modality) -> int:
         """The `priority` a request carries into vLLM: its modality under modality-priority, else its
         class level (stock vLLM's priority policy orders by it; FCFS ignores it; the RPS scheduler

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rps_harness.workload.media import random_image, random_video
+from rps_harness.workload.prompts import filler_text
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import filler_text
 from tests.prompts import chat_prompt
 
 configure_cpu_engine_environment(Path(tempfile.mkdtemp(prefix="rps-vllm-")))
@@ -39,7 +39,7 @@ BLOCK_SIZE = 32  # the CPU backend's default is 128; small blocks make KV pressu
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rps_serve.local.tiny_model import TinyModelSpec, build_tiny_model
+    from rps_harness.local.tiny_model import TinyModelSpec, build_tiny_model
 
     out = tmp_path_factory.mktemp("tiny-qwen2-vl")
     build_tiny_model(

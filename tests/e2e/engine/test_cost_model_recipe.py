@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+from rps_harness.local.repository import cost_models_present, ensure_cost_models
 from rps_serve.cost.runtime import REPORT_FILE
-from rps_serve.local.repository import cost_models_present, ensure_cost_models
 from rps_serve.profiles.records import read_records
 from tests.checkout import REPOSITORY
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from rps_serve.cli import main
+from rps_harness.cli import main
+from rps_harness.workload_profiler.plan import ProfilePlan
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import read_records
 from rps_serve.requests import Modality
-from rps_serve.workload_profiler.plan import ProfilePlan
 
 
 def test_profile_records_grow_with_the_request_and_resume(tiny_model: Path, tmp_path: Path) -> None:

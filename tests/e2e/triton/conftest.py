@@ -1,6 +1,7 @@
 """A real tritonserver (nvidia-pytriton's binary) serving a copy of `model_repository/` with a real
-vLLM engine on a tiny random Qwen2-VL (a LLaVA-OneVision where a module asks); one server per test
-module."""
+vLLM engine on a tiny random Qwen2-VL (a LLaVA-OneVision where a module asks): one server per
+configuration, the repository's as it ships shared by every module that needs nothing else
+(`server`), a module's own where it changes the configuration or harms the server."""
 
 from __future__ import annotations
 
@@ -17,18 +18,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.client import Generation, StreamClient, StreamResult, encode_image, encode_video
+from rps_harness.client import Generation, StreamClient, StreamResult, encode_image, encode_video
+from rps_harness.loadtest.server_stats import MetricsSnapshot, scrape
+from rps_harness.local.repository import policy_models, policy_repository
+from rps_harness.local.server import Endpoints, local_server
+from rps_harness.local.tiny_model import TinyModelSpec
+from rps_harness.workload.media import random_image, random_video
+from rps_harness.workload.prompts import filler_text
 from rps_serve.cost.runtime import OnnxCostModel
-from rps_serve.loadtest.server_stats import MetricsSnapshot, scrape
-from rps_serve.local.repository import policy_models, policy_repository
-from rps_serve.local.server import Endpoints, local_server
-from rps_serve.local.tiny_model import TinyModelSpec
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
 from rps_serve.vllm_plugin.cpu_env import configure_cpu_engine_environment
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import filler_text
 from tests.e2e.builds import tiny_model, trained_repository
 from tests.prompts import chat_prompt
 
@@ -86,8 +87,9 @@ def start_server(
         yield Server(endpoints, repository, model)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The repository as it ships, for the session: its tests leave it serving as they found it."""
     with start_server(tmp_path_factory) as running:
         yield running
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.cli import main
-from rps_serve.client import StreamClient
+from rps_harness.cli import main
+from rps_harness.client import StreamClient
+from rps_harness.workload.shapes import RequestKind
+from rps_harness.workload.trace import Trace, write_trace
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
-from rps_serve.workload.shapes import RequestKind
-from rps_serve.workload.trace import Trace, write_trace
 from tests.e2e.triton.conftest import (
     MODELS,
     VLLM_MODEL,

@@ -8,16 +8,16 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from rps_serve.cli import main
-from rps_serve.loadtest.genai_perf import GenAIPerfRun, genai_perf_executable, run_genai_perf
-from rps_serve.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
-from rps_serve.loadtest.perf_inputs import perf_input_files
-from rps_serve.local.checkout import GENAI_PERF_VENV
+from rps_harness.cli import main
+from rps_harness.loadtest.genai_perf import GenAIPerfRun, genai_perf_executable, run_genai_perf
+from rps_harness.loadtest.perf_analyzer import PerfRun, ensure_perf_analyzer, run_perf_analyzer
+from rps_harness.loadtest.perf_inputs import perf_input_files
+from rps_harness.local.checkout import GENAI_PERF_VENV
+from rps_harness.workload.request_format import RequestFormat
+from rps_harness.workload.shapes import RequestKind
+from rps_harness.workload.trace import Trace, write_trace
 from rps_serve.requests import Modality, RequestClass
 from rps_serve.triton import protocol as p
-from rps_serve.workload.request_format import RequestFormat
-from rps_serve.workload.shapes import RequestKind
-from rps_serve.workload.trace import Trace, write_trace
 from tests.checkout import CHECKOUT
 from tests.e2e.triton.conftest import Server
 from tests.hardware import HAS_NVIDIA_DRIVER

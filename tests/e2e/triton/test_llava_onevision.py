@@ -10,13 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from rps_serve.client import Generation, encode_image, encode_video
+from rps_harness.client import Generation, encode_image, encode_video
+from rps_harness.local.tiny_model import Family, TinyModelSpec
+from rps_harness.workload.media import random_image, random_video
+from rps_harness.workload.prompts import filler_text
+from rps_harness.workload.request_format import RequestFormat
 from rps_serve.cost import features as cols
-from rps_serve.local.tiny_model import Family, TinyModelSpec
 from rps_serve.requests import Modality, RequestClass
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import filler_text
-from rps_serve.workload.request_format import RequestFormat
 from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Server, run, start_server
 from tests.e2e.triton.test_server import preprocess_features
 

@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rps_serve.client import ServedClasses
+from rps_harness.client import ServedClasses
+from rps_harness.loadtest.server_stats import MetricsSnapshot, ServedFit
 from rps_serve.cost.online import OnlineOptions
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.server_stats import MetricsSnapshot, ServedFit
 from rps_serve.requests import Modality
 from tests.e2e.triton.conftest import PROBES, VLLM_MODEL, Requests, Server, metrics, run, start_server
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.loadtest.run_analysis import read_run_log
-from rps_serve.local.repository import engine_model, ensemble_model
+from rps_harness.loadtest.run_analysis import read_run_log
+from rps_harness.local.repository import engine_model, ensemble_model
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
 from rps_serve.triton.run_log import MODEL_PLACEHOLDER

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from rps_serve.client import Generation, StreamClient, infer_inputs
+from rps_harness.client import Generation, StreamClient, infer_inputs
+from rps_harness.workload.prompts import filler_text
 from rps_serve.cost import features as cols
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
-from rps_serve.workload.prompts import filler_text
 from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, start_server
 from tests.prompts import chat_prompt
 

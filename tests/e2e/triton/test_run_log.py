@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.loadtest.run_analysis import STAGES, read_run_log, summarize
+from rps_harness.loadtest.run_analysis import STAGES, read_run_log, summarize
 from rps_serve.requests import Modality
 from rps_serve.triton.settings import POLICY_ENV, RUN_LOG_ENV
 from tests.e2e.triton.conftest import ENSEMBLE, Requests, Server, run, start_server

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from rps_serve.client import Generation, StreamClient, encode_video, infer_inputs
+from rps_harness.client import Generation, StreamClient, encode_video, infer_inputs
+from rps_harness.loadtest.server_stats import ServedFit, scrape
+from rps_harness.workload.media import random_video
+from rps_harness.workload.request_format import RequestFormat
 from rps_serve.cost import features as cols
-from rps_serve.loadtest.server_stats import ServedFit, scrape
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
-from rps_serve.workload.media import random_video
-from rps_serve.workload.request_format import RequestFormat
 from tests.e2e.triton.conftest import ENSEMBLE, PROBES, VLLM_MODEL, Requests, Server, run
 
 LABELS = {c.label for c in RequestClass}
@@ -175,8 +175,8 @@ def test_a_running_server_says_how_it_would_class_a_request(
     """`rps-serve classify --url` asks `vllm_model`, which classes with the repository's ONNX models
     when it does not refit them: it answers as those files do offline, for texts, images and videos
     of several sizes."""
-    from rps_serve.cli import main
-    from rps_serve.client import ServedClasses
+    from rps_harness.cli import main
+    from rps_harness.client import ServedClasses
 
     assert ServedFit.of(scrape(server.endpoints.metrics_url)) is None  # it does not refit online
     served = ServedClasses(server.endpoints.grpc_url)

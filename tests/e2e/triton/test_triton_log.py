@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.local.server import local_server
+from rps_harness.local.server import local_server
 from rps_serve.triton.settings import MODEL_ENV
 from tests.checkout import REPOSITORY
 from tests.e2e.builds import tiny_model

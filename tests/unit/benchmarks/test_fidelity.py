@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from benchmarks.fidelity import CLI, profile_command, rotated, summarize
 
-from rps_serve.cli import parser
+from rps_harness.cli import parser
 
 
 @pytest.mark.parametrize("resume", [False, True])

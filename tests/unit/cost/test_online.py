@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rps_harness.workload.synthetic_profile import with_slower_images
 from rps_serve.cost.model import agreement
 from rps_serve.cost.online import OnlineCostModel, OnlineOptions
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import ProfileRecord
-from rps_serve.profiles.synthetic import with_slower_images
 from rps_serve.requests import Modality
 
 SLOW_IMAGES = 20.0  # the served device: its vision encoder 20 times slower than the reference's

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.cli import main
+from rps_harness.cli import main
+from rps_harness.sim.run import cost_profile_records
 from rps_serve.cost.runtime import OnnxCostModel, trained_profile_name
 from rps_serve.profiles.records import ProfileRecord, read_records, write_records
 from rps_serve.requests import Modality
-from rps_serve.sim.run import cost_profile_records
 
 
 def test_train_from_reference_writes_repository_and_report(tmp_path: Path) -> None:

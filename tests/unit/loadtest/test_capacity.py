@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rps_serve.client import Tally
-from rps_serve.loadtest.capacity import backlog_growth, search_open_loop_capacity
-from rps_serve.loadtest.replay import Replayed
-from rps_serve.metrics import RequestRecords
+from rps_harness.client import Tally
+from rps_harness.loadtest.capacity import backlog_growth, search_open_loop_capacity
+from rps_harness.loadtest.replay import Replayed
+from rps_harness.metrics import RequestRecords
 
 SERVICE_S = 0.25  # the queue serves 4 requests per second
 

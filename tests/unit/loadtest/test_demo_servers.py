@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.loadtest import demo
-from rps_serve.local.server import Endpoints
+from rps_harness.loadtest import demo
+from rps_harness.local.server import Endpoints
 
 
 class _Launcher:

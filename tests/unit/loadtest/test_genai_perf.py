@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.loadtest.genai_perf import (
+from rps_harness.loadtest.genai_perf import (
     REQUESTS_EXPORT,
     STATS_EXPORT,
     GenAIPerfRun,

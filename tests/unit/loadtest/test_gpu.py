@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rps_serve.loadtest.gpu import GpuSampler, time_average
+from rps_harness.loadtest.gpu import GpuSampler, time_average
 from tests.hardware import HAS_NVIDIA_DRIVER
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.cli import main
-from rps_serve.client import Generation
-from rps_serve.loadtest.perf_inputs import perf_input_data
+from rps_harness.cli import main
+from rps_harness.client import Generation
+from rps_harness.loadtest.perf_inputs import perf_input_data
+from rps_harness.workload.request_format import MediaShape
 from rps_serve.triton import protocol as p
-from rps_serve.workload.request_format import MediaShape
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from rps_serve.loadtest.placement import Placement, process_usage, usage_during
+from rps_harness.loadtest.placement import Placement, process_usage, usage_during
 
 needs_two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 
@@ -35,7 +35,7 @@ def test_pinning_moves_every_thread_and_what_starts_later() -> None:
     before the pinning and one started after both end up on the host cores."""
     code = """
 import os, threading, time
-from rps_serve.loadtest.placement import Placement
+from rps_harness.loadtest.placement import Placement
 early = threading.Thread(target=time.sleep, args=(2,), daemon=True)
 early.start()
 placement = Placement.split()
@@ -55,7 +55,7 @@ def test_a_server_started_while_loading_gets_every_core_and_the_starter_its_host
     """In a child process, as above: pinned, it starts a process inside `loading` and one after."""
     code = """
 import json, os, subprocess, sys
-from rps_serve.loadtest.placement import Placement
+from rps_harness.loadtest.placement import Placement
 placement = Placement.split()
 placement.pin_this_process()
 show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]

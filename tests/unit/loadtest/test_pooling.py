@@ -11,20 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.client import Tally
-from rps_serve.comparison import ratio_rows
+from rps_harness.client import Tally
+from rps_harness.comparison import ratio_rows
+from rps_harness.loadtest.demo import DemoConfig, arrivals_ahead, engine_settings, run_order, run_plan
+from rps_harness.loadtest.demo_analysis import CANDIDATE, candidate_of
+from rps_harness.loadtest.demo_records import LoadRuns, PolicyRun
+from rps_harness.loadtest.demo_report import fit_lines, machine_speed_lines, target_lines, wait_lines
+from rps_harness.loadtest.load import BenchRun
+from rps_harness.loadtest.server_stats import ServedFit
+from rps_harness.loadtest.stages import pooled_stages
+from rps_harness.loadtest.tables import ratio_table
+from rps_harness.local.repository import train_reference_cost_models
+from rps_harness.metrics import RequestRecords
 from rps_serve.cost.runtime import REPORT_FILE
 from rps_serve.cost.training import fit_of_report
-from rps_serve.loadtest.demo import DemoConfig, arrivals_ahead, engine_settings, run_order, run_plan
-from rps_serve.loadtest.demo_analysis import CANDIDATE, candidate_of
-from rps_serve.loadtest.demo_records import LoadRuns, PolicyRun
-from rps_serve.loadtest.demo_report import fit_lines, machine_speed_lines, target_lines, wait_lines
-from rps_serve.loadtest.load import BenchRun
-from rps_serve.loadtest.server_stats import ServedFit
-from rps_serve.loadtest.stages import pooled_stages
-from rps_serve.loadtest.tables import ratio_table
-from rps_serve.local.repository import train_reference_cost_models
-from rps_serve.metrics import RequestRecords
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.triton.settings import ENGINE_ARGS_ENV, SETTINGS_FILE, read_settings

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.loadtest.run_analysis import MIN_LONE_DECODE_STEPS, STAGES, pooled, read_run_log, summarize
-from rps_serve.metrics import RequestRecords
+from rps_harness.loadtest.run_analysis import MIN_LONE_DECODE_STEPS, STAGES, pooled, read_run_log, summarize
+from rps_harness.metrics import RequestRecords
 
 
 def _step(t: float, step_ms: float, prefill: int, decode: int, waiting: int, preempted: int = 0) -> dict:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rps_serve.loadtest.server_stats import scrape
+from rps_harness.loadtest.server_stats import scrape
 
 EXPOSITION = """\
 # HELP nv_inference_count Number of inferences performed

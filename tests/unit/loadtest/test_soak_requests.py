@@ -6,10 +6,10 @@ from itertools import islice
 
 import pytest
 
-from rps_serve.client import Generation
-from rps_serve.loadtest.capacity import request_stream
-from rps_serve.loadtest.soak import SOAK_CONTENT
-from rps_serve.workload.request_format import RequestFormat
+from rps_harness.client import Generation
+from rps_harness.loadtest.capacity import request_stream
+from rps_harness.loadtest.soak import SOAK_CONTENT
+from rps_harness.workload.request_format import RequestFormat
 
 
 def _shape(generation: Generation) -> tuple[int, bool, int, int]:

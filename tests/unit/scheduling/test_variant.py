@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from rps_harness.sim.simulator import policy_variant
 from rps_serve.scheduling.parameters import Policy, class_ladder
 from rps_serve.scheduling.preemption import PreemptionRule
 from rps_serve.scheduling.variant import SchedulingVariant
-from rps_serve.sim.simulator import policy_variant
 from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
 
 

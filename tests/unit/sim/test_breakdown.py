@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rps_harness.sim.breakdown import stage_means, ttft_parts
+from rps_harness.sim.engine import StepRecord
 from rps_serve.requests import Modality
-from rps_serve.sim.breakdown import stage_means, ttft_parts
-from rps_serve.sim.engine import StepRecord
 
 
 def _step(start: float, duration: float) -> StepRecord:

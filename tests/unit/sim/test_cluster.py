@@ -10,12 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rps_serve.sim.cluster import ClusterOutcome, simulate_cluster
-from rps_serve.sim.frontend import PreprocessCosts, WorkerPool, worker_pool
-from rps_serve.sim.routing import Backlog, Router, Routing
-from rps_serve.sim.run import SimulationConfig, SimulationSetup, prepare, run_cluster
-from rps_serve.sim.simulator import Deployment, policy_variant, simulate
-from rps_serve.workload.source import SyntheticWorkload
+from rps_harness.sim.cluster import ClusterOutcome, simulate_cluster
+from rps_harness.sim.frontend import PreprocessCosts, WorkerPool, worker_pool
+from rps_harness.sim.routing import Backlog, Router, Routing
+from rps_harness.sim.run import SimulationConfig, SimulationSetup, prepare, run_cluster
+from rps_harness.sim.simulator import Deployment, policy_variant, simulate
+from rps_harness.workload.source import SyntheticWorkload
 
 PROFILE = "llava-onevision-qwen2-7b"
 RATE_PER_REPLICA = 14.0

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rps_harness.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
+from rps_harness.sim.timing import TimingModel
+from rps_harness.workload.mixes import MIXES
+from rps_harness.workload.trace import generate_trace
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.scheduling.parameters import Policy, class_ladder
 from rps_serve.scheduling.preemption import PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
-from rps_serve.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
-from rps_serve.sim.timing import TimingModel
-from rps_serve.workload.mixes import MIXES
-from rps_serve.workload.trace import generate_trace
 
 TIMING = TimingModel(
     prefill_step_s=0.01,

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rps_serve.sim.frontend import PreprocessCosts, worker_pool
+from rps_harness.sim.frontend import PreprocessCosts, worker_pool
 from rps_serve.triton.settings import SETTINGS_FILE
 from tests.checkout import REPOSITORY
 

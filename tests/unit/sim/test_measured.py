@@ -10,11 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.cli import main
-from rps_serve.profiles.records import ProfileRecord
-from rps_serve.profiles.reference import PrefillLine
-from rps_serve.requests import Modality
-from rps_serve.sim.measured import (
+from rps_harness.cli import main
+from rps_harness.sim.measured import (
     LoadedSteps,
     MeasuredProfile,
     as_served,
@@ -22,9 +19,12 @@ from rps_serve.sim.measured import (
     front_end_seconds,
     robust_lines,
 )
-from rps_serve.sim.simulator import policy_variant
-from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.trace import Trace, generate_trace, write_trace
+from rps_harness.sim.simulator import policy_variant
+from rps_harness.workload.mixes import mix_by_name
+from rps_harness.workload.trace import Trace, generate_trace, write_trace
+from rps_serve.profiles.records import ProfileRecord
+from rps_serve.profiles.reference import PrefillLine
+from rps_serve.requests import Modality
 
 TRUE = {
     Modality.TEXT: PrefillLine(0.005, 7e-5),

@@ -8,14 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rps_harness.sim.online import Observation, arrivals_until_agreed, online_levels, probe_grid
+from rps_harness.sim.run import SimulationConfig, class_levels, device_profile
+from rps_harness.sim.timing import fit_lines
+from rps_harness.workload.source import SyntheticWorkload
+from rps_harness.workload.synthetic_profile import reference_profile, with_slower_images
 from rps_serve.cost.online import OnlineCostModel, OnlineOptions
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.reference import DEFAULT_REFERENCE
-from rps_serve.profiles.synthetic import reference_profile, with_slower_images
-from rps_serve.sim.online import Observation, arrivals_until_agreed, online_levels, probe_grid
-from rps_serve.sim.run import SimulationConfig, class_levels, device_profile
-from rps_serve.sim.timing import fit_lines
-from rps_serve.workload.source import SyntheticWorkload
 
 
 @pytest.mark.slow

@@ -8,11 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.cli import main
-from rps_serve.profiles.records import write_records
-from rps_serve.profiles.synthetic import reference_profile, with_slower_images
-from rps_serve.requests import Modality
-from rps_serve.sim.run import (
+from rps_harness.cli import main
+from rps_harness.sim.run import (
     SimulationConfig,
     SimulationSetup,
     default_shapes,
@@ -20,9 +17,12 @@ from rps_serve.sim.run import (
     prepare,
     run_policy,
 )
-from rps_serve.workload.shapes import RequestKind
-from rps_serve.workload.source import SyntheticWorkload
-from rps_serve.workload.trace import Trace, read_trace
+from rps_harness.workload.shapes import RequestKind
+from rps_harness.workload.source import SyntheticWorkload
+from rps_harness.workload.synthetic_profile import reference_profile, with_slower_images
+from rps_harness.workload.trace import Trace, read_trace
+from rps_serve.profiles.records import write_records
+from rps_serve.requests import Modality
 
 # `rps-serve simulate` end to end: seconds a test (`make test-fast` leaves them out).
 pytestmark = pytest.mark.slow

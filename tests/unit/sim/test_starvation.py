@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from rps_harness.sim.starvation import SustainedSand, run_sustained_sand
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.sim.starvation import SustainedSand, run_sustained_sand
 
 # Whole simulated runs: seconds a test (`make test-fast` leaves them out).
 pytestmark = pytest.mark.slow

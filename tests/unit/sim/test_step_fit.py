@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rps_serve.profiles.reference import PrefillLine
-from rps_serve.sim.step_fit import (
+from rps_harness.sim.step_fit import (
     TERM_NAMES,
     Steps,
     design,
@@ -16,7 +15,8 @@ from rps_serve.sim.step_fit import (
     simulator_step_s,
     steps_from_records,
 )
-from rps_serve.sim.timing import TimingModel
+from rps_harness.sim.timing import TimingModel
+from rps_serve.profiles.reference import PrefillLine
 
 TRUE = {
     "step": 3.5e-3,

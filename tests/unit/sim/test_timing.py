@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rps_harness.sim.hardware import Execution, kv_capacity_tokens, model_spec, tp_speedup
+from rps_harness.sim.timing import fit_lines, timing_from_lines
+from rps_harness.workload.synthetic_profile import reference_profile
 from rps_serve.profiles.reference import reference_model
-from rps_serve.profiles.synthetic import reference_profile
 from rps_serve.requests import Modality
-from rps_serve.sim.hardware import Execution, kv_capacity_tokens, model_spec, tp_speedup
-from rps_serve.sim.timing import fit_lines, timing_from_lines
 
 MODEL = "llava-onevision-qwen2-7b"
 

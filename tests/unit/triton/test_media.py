@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rps_serve.client import encode_image, encode_video
+from rps_harness.client import encode_image, encode_video
+from rps_harness.workload.media import random_image, random_video
 from rps_serve.triton.media import (
     MediaLimits,
     decode_image,
@@ -16,7 +17,6 @@ from rps_serve.triton.media import (
     video_shape,
 )
 from rps_serve.triton.protocol import BadRequest
-from rps_serve.workload.media import random_image, random_video
 
 RNG = np.random.default_rng(0)
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from rps_serve.client import Generation
+from rps_harness.client import Generation
 from rps_serve.cost import features as cols
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.triton import protocol as p

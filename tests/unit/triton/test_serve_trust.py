@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from rps_serve.local.server import ONNX_STAND_IN
+from rps_harness.local.server import ONNX_STAND_IN
 from tests.checkout import REPOSITORY
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3] / "python_backends"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rps_serve.local import server
-from rps_serve.local.server import (
+from rps_harness.local import server
+from rps_harness.local.server import (
     SHM_DIR,
     SHM_PREFIX,
     Endpoints,
@@ -116,7 +116,7 @@ def test_chosen_ports_are_distinct_free_and_outside_the_kernels_own_range() -> N
     import random
     import socket
 
-    from rps_serve.local.server import EPHEMERAL_PORTS, Ports
+    from rps_harness.local.server import EPHEMERAL_PORTS, Ports
 
     low = int(EPHEMERAL_PORTS.read_text().split()[0])
     for _ in range(20):

@@ -28,16 +28,16 @@ import numpy as np
 import pytest
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from rps_harness.sim.engine import Engine, StepRecord
+from rps_harness.sim.measured import MeasuredProfile, as_served
+from rps_harness.sim.simulator import engine_for, policy_variant
+from rps_harness.workload.shapes import RequestKind
+from rps_harness.workload.trace import Trace
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.scheduling.parameters import Policy
-from rps_serve.sim.engine import Engine, StepRecord
-from rps_serve.sim.measured import MeasuredProfile, as_served
-from rps_serve.sim.simulator import engine_for, policy_variant
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.scheduler import RPSScheduler
-from rps_serve.workload.shapes import RequestKind
-from rps_serve.workload.trace import Trace
 from tests.unit.vllm_plugin.model_free import (
     NUM_CLASSES,
     classed_request,

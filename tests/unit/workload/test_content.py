@@ -7,17 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rps_harness.engine_ab.async_llm_replay import build_requests as engine_requests
+from rps_harness.loadtest.replay import build_requests as triton_requests
+from rps_harness.workload.content import ContentLimits, plan_content
+from rps_harness.workload.mixes import mix_by_name
+from rps_harness.workload.prompts import one_token_words
+from rps_harness.workload.request_format import RequestFormat
+from rps_harness.workload.shapes import RequestKind
+from rps_harness.workload.trace import Trace, generate_trace
 from rps_serve.cost.model import ModalityClasses
-from rps_serve.engine_ab.async_llm_replay import build_requests as engine_requests
-from rps_serve.loadtest.replay import build_requests as triton_requests
 from rps_serve.requests import Modality
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
-from rps_serve.workload.content import ContentLimits, plan_content
-from rps_serve.workload.mixes import mix_by_name
-from rps_serve.workload.prompts import one_token_words
-from rps_serve.workload.request_format import RequestFormat
-from rps_serve.workload.shapes import RequestKind
-from rps_serve.workload.trace import Trace, generate_trace
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rps_harness.workload.media import random_image, random_video
+from rps_harness.workload.request_format import MEDIA_FILE, MediaShape, RequestFormat
+from rps_harness.workload.shapes import RequestKind
 from rps_serve.model_processor import load_processor, placeholder_tokens
 from rps_serve.requests import Modality
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.request_format import MEDIA_FILE, MediaShape, RequestFormat
-from rps_serve.workload.shapes import RequestKind
 from tests.prompts import chat_prompt
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.cli import main
-from rps_serve.workload.source import SyntheticWorkload, TraceFile
-from rps_serve.workload.trace import write_trace
+from rps_harness.cli import main
+from rps_harness.workload.source import SyntheticWorkload, TraceFile
+from rps_harness.workload.trace import write_trace
 
 
 def test_a_synthetic_workload_draws_its_trace_from_its_seed() -> None:

@@ -7,16 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_serve.workload.arrivals import gamma_arrivals, poisson_arrivals
-from rps_serve.workload.mixes import MIXES, Mix, mix_by_name
-from rps_serve.workload.shapes import (
+from rps_harness.workload.arrivals import gamma_arrivals, poisson_arrivals
+from rps_harness.workload.mixes import MIXES, Mix, mix_by_name
+from rps_harness.workload.shapes import (
     SERVING,
     SHAPES,
     VIDEO_TOKENS_PER_FRAME,
     RequestKind,
     sample_tokens,
 )
-from rps_serve.workload.trace import generate_trace, mix_counts, read_trace, write_trace
+from rps_harness.workload.trace import generate_trace, mix_counts, read_trace, write_trace
 
 # The paper's mixes: (short text, long text, image, video).
 PAPER_MIXES = {

@@ -12,11 +12,11 @@ import urllib.request
 
 import psutil
 
+from rps_harness.client import Generation, StreamClient
+from rps_harness.workload.prompts import filler_text
 from rps_serve import probe as probes
-from rps_serve.client import Generation, StreamClient
 from rps_serve.requests import Modality
 from rps_serve.triton.engine_supervisor import EngineState
-from rps_serve.workload.prompts import filler_text
 from tests.e2e.triton.conftest import ENSEMBLE, Server
 from tests.prompts import chat_prompt
 

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from rps_serve.client import StreamClient
+from rps_harness.client import StreamClient
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
 from rps_serve.triton.engine_supervisor import EngineState

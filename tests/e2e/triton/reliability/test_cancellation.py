@@ -8,8 +8,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rps_serve.client import Generation, StreamClient, StreamResult
-from rps_serve.loadtest.server_stats import MetricsSnapshot
+from rps_harness.client import Generation, StreamClient, StreamResult
+from rps_harness.loadtest.server_stats import MetricsSnapshot
 from rps_serve.requests import Modality
 from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, serves, wait_drained
 from tests.e2e.triton.reliability.conftest import LIMITS

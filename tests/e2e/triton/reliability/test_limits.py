@@ -13,11 +13,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from rps_serve.client import Generation, encode_image, encode_video
+from rps_harness.client import Generation, encode_image, encode_video
+from rps_harness.workload.media import random_image, random_video
+from rps_harness.workload.prompts import filler_text
 from rps_serve.requests import Modality
 from rps_serve.triton import protocol as p
-from rps_serve.workload.media import random_image, random_video
-from rps_serve.workload.prompts import filler_text
 from tests.e2e.triton.conftest import MODELS, VLLM_MODEL, Requests, Server, generate, run, serves
 from tests.e2e.triton.reliability.conftest import LIMITS
 from tests.fuzzing import (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rps_serve.loadtest.soak import SoakConfig, run_soak
-from rps_serve.workload.request_format import RequestFormat
+from rps_harness.loadtest.soak import SoakConfig, run_soak
+from rps_harness.workload.request_format import RequestFormat
 from tests.e2e.triton.conftest import Server
 
 

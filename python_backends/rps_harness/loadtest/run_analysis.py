@@ -1,0 +1,204 @@
+"""Where a run's time went, from the server's run log (`triton.run_log`) over a window of the run: per
+engine step (its time, prompt and decode tokens, running and waiting requests, encoder inputs,
+preemptions), the `vllm_model` loop's lag, per class each request's stages to its first token, and
+per class what its time per output token was made of (the steps it decoded through, by what they ran).
+
+The window is the load client's steady state, on the machine's monotonic clock, so that ramp-up and
+drain do not dilute what the engine did under load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rps_harness.metrics import RequestRecords
+from rps_serve.requests import RequestClass
+
+STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
+# A decoding request's time per output token, in milliseconds, by what the steps it sat through ran:
+# a vision encoder, a prompt chunk (and no encoder), decodes only; and the time between steps.
+TOKEN_PARTS = ("encoder_ms", "prefill_ms", "decode_ms", "between_ms")
+
+
+def read_run_log(path: Path) -> list[dict[str, Any]]:
+    """The log's records in order; an unfinished last line (a server killed mid-write) is skipped."""
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def in_window(records: Iterable[dict[str, Any]], kind: str, start: float, end: float) -> list[dict[str, Any]]:
+    """The `kind` records between `start` and `end`; requests by their arrival, the rest by time."""
+    key = "arrival" if kind == "request" else "t"
+    return [r for r in records if r["kind"] == kind and start <= r[key] <= end]
+
+
+MIN_LONE_DECODE_STEPS = 30
+
+
+def engine_summary(steps: Sequence[dict[str, Any]], window_s: float) -> dict[str, float]:
+    """What the engine did over a window of `window_s` seconds, from its steps."""
+    timed = [s for s in steps if "step_ms" in s]
+    if not timed or window_s <= 0:
+        return {"steps": float(len(timed))}
+    step_ms = np.array([s["step_ms"] for s in timed])
+    prefill = np.array([s["prefill_tokens"] for s in timed])
+    decode = np.array([s["decode_requests"] for s in timed])
+    encoder = np.array([s["encoder_inputs"] for s in timed])
+    lone_decode = step_ms[(prefill == 0) & (decode == 1) & (encoder == 0)]
+    return {
+        "steps": float(len(timed)),
+        "busy": float(step_ms.sum() / 1000 / window_s),
+        "step_ms_mean": float(step_ms.mean()),
+        "step_ms_p90": float(np.percentile(step_ms, 90)),
+        # The mean step a decoding request sits through: what its time per output token is made of.
+        "step_ms_per_decode": float((step_ms * decode).sum() / decode.sum()) if decode.any() else math.nan,
+        "decode_step_ms": _mean(step_ms[(prefill == 0) & (decode > 0)]),
+        "mixed_step_ms": _mean(step_ms[(prefill > 0) & (decode > 0)]),
+        "prefill_share": float((prefill > 0).mean()),
+        "prefill_tokens_per_step": float(prefill.mean()),
+        "decode_requests_per_step": float(decode.mean()),
+        "running": float(np.mean([s["running"] for s in timed])),
+        "waiting": float(np.mean([s["waiting"] for s in timed])),
+        "encoder_inputs": float(encoder.sum()),
+        # The machine's speed, whatever the policy: a step that decodes one token of one request and
+        # nothing else costs the same under every order, so runs whose medians differ ran on a
+        # machine whose speed moved between them. Unmeasured (NaN) on fewer than
+        # `MIN_LONE_DECODE_STEPS`: a backlogged run has a few, in its lulls, and their median can be
+        # anything (9 such steps read 4.96 ms where its policy's other runs read 1.9).
+        "lone_decode_steps": float(lone_decode.size),
+        "lone_decode_step_ms": (
+            float(np.median(lone_decode)) if lone_decode.size >= MIN_LONE_DECODE_STEPS else math.nan
+        ),
+        "preemptions": float(sum(s["preempted"] for s in steps)),
+    }
+
+
+def loop_lag(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean, P99 and largest lag of the `vllm_model` loop, seconds."""
+    lags = np.array([s["lag_s"] for s in samples])
+    if not lags.size:
+        return {}
+    return {"mean": float(lags.mean()), "p99": float(np.percentile(lags, 99)), "max": float(lags.max())}
+
+
+def request_stages(requests: Sequence[dict[str, Any]], num_levels: int = 3) -> dict[str, dict[str, float]]:
+    """Per class: requests, and mean seconds of each stage to the first token (`STAGES`, and the
+    whole `to_first_token_s`; the stages leave out the streaming of the first token back)."""
+    by_class: dict[str, dict[str, float]] = {}
+    for level in range(num_levels):
+        mine = [r for r in requests if r["level"] == level]
+        label = RequestClass.for_level(level, num_levels).label
+        if not mine:
+            continue
+        by_class[label] = {"requests": float(len(mine))} | {
+            stage: _mean(np.array([r[stage] for r in mine], dtype=float))
+            for stage in (*STAGES, "to_first_token_s")
+        }
+    return by_class
+
+
+def token_parts(
+    steps: Sequence[dict[str, Any]], requests: RequestRecords, origin_s: float
+) -> dict[str, dict[str, float]]:
+    """Per class, what the time per output token of `requests` (those with two tokens or more) was
+    made of: milliseconds per token in the steps that ended between a request's first token and its
+    last, by what they ran (`TOKEN_PARTS`; "between" is the rest: scheduling and streaming), and how
+    many requests those steps decoded on average (the request among them). `origin_s`: the records'
+    time 0 on the steps' (monotonic) clock.
+
+    Every request decoding in a step waits for the whole step, so a step that runs a vision encoder
+    or a long prompt chunk costs each of them its full length: the encoder and prefill parts are what
+    the order of admission can move, the decode part what the batch size does."""
+    timed = [s for s in steps if "step_ms" in s]
+    ends = np.array([s["t"] for s in timed]) - origin_s
+    step_ms = np.array([s["step_ms"] for s in timed])
+    encoder = np.array([s["encoder_inputs"] > 0 for s in timed], dtype=bool)
+    prefill = np.array([s["prefill_tokens"] > 0 for s in timed], dtype=bool) & ~encoder
+    decoding = np.array([s["decode_requests"] for s in timed], dtype=float)
+    tpot_ms = 1000 * requests.tpot
+    rows: dict[int, list[list[float]]] = {}
+    for i in np.flatnonzero(np.isfinite(tpot_ms)):  # finished, with two tokens or more
+        during = (ends > requests.first_token_s[i]) & (ends <= requests.finish_s[i])
+        tokens = requests.output_tokens[i] - 1
+        kinds = [step_ms[during & encoder].sum(), step_ms[during & prefill].sum()]
+        kinds.append(step_ms[during].sum() - sum(kinds))
+        per_token = [k / tokens for k in kinds]
+        beside = decoding[during].mean() if during.any() else math.nan
+        rows.setdefault(int(requests.level[i]), []).append([*per_token, tpot_ms[i] - sum(per_token), beside])
+    by_class: dict[str, dict[str, float]] = {}
+    for level, values in sorted(rows.items()):
+        table = np.array(values)
+        label = RequestClass.for_level(level, requests.num_levels).label
+        means = dict(zip((*TOKEN_PARTS, "decoding"), (_mean(column) for column in table.T), strict=True))
+        by_class[label] = {
+            "requests": float(len(values)),
+            **means,
+            "tpot_ms": sum(means[p] for p in TOKEN_PARTS),
+        }
+    return by_class
+
+
+def summarize(
+    path: Path, start: float, end: float, requests: RequestRecords | None = None, origin_s: float = 0.0
+) -> dict[str, Any]:
+    """The run log at `path` over [start, end] (monotonic seconds): engine, loop lag, stages, and,
+    given the load client's `requests` of the window (time 0 at `origin_s`), their tokens' parts."""
+    records = read_run_log(path)
+    # Every step for the tokens' parts: the window's last requests decode past its end.
+    steps = [r for r in records if r["kind"] == "step"]
+    return {
+        "run_log": str(path),
+        "window": [start, end],
+        "engine": engine_summary(in_window(steps, "step", start, end), end - start),
+        "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
+        "stages": request_stages(in_window(records, "request", start, end)),
+        "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
+    }
+
+
+def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several runs' summaries as one: every number averaged over the runs that have it, weighted by
+    their requests for the stages and the tokens' parts."""
+    return {
+        "engine": _average([s["engine"] for s in summaries]),
+        "loop_lag_s": _average([s["loop_lag_s"] for s in summaries]),
+        "stages": _by_class([s["stages"] for s in summaries], (*STAGES, "to_first_token_s")),
+        "token_parts": _by_class(
+            [s["token_parts"] for s in summaries], (*TOKEN_PARTS, "decoding", "tpot_ms")
+        ),
+    }
+
+
+def _by_class(
+    runs: Sequence[Mapping[str, Mapping[str, float]]], keys: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Per-class means of several runs as one, each run weighted by its requests of that class."""
+    pooled: dict[str, dict[str, float]] = {}
+    for label in {c for run in runs for c in run}:
+        parts = [run[label] for run in runs if label in run]
+        weights = np.array([p["requests"] for p in parts])
+        pooled[label] = {"requests": float(weights.sum())} | {
+            key: float(np.average([p[key] for p in parts], weights=weights)) for key in keys
+        }
+    return pooled
+
+
+def _average(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    keys = {k for p in parts for k in p}
+    return {k: float(np.nanmean([p.get(k, math.nan) for p in parts])) for k in sorted(keys)}
+
+
+def _mean(values: np.ndarray) -> float:
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if values.size else math.nan

@@ -1,0 +1,242 @@
+"""Event loop of one simulated deployment: front end, optional encoder GPUs (ModServe), and the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rps_harness.metrics import RequestRecords
+from rps_harness.sim.engine import Engine, EngineConfig, EngineWork, StepRecord
+from rps_harness.sim.frontend import PreprocessCosts, worker_pool
+from rps_harness.sim.hardware import Execution, GpuSpec, ModelSpec, kv_capacity_tokens
+from rps_harness.sim.timing import TimingModel, timing_from_lines
+from rps_harness.workload.trace import Trace
+from rps_serve.profiles.reference import PrefillLine
+from rps_serve.requests import Modality
+from rps_serve.scheduling.holding import DecodeHolds
+from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
+from rps_serve.scheduling.queues import ClassQueues
+from rps_serve.scheduling.variant import SchedulingVariant
+
+
+@dataclass(frozen=True)
+class PolicyVariant:
+    """A named way to run the deployment: how it schedules (`scheduling`, the value the plug-in
+    receives too), where classes come from, and the layout.
+
+    `naive_classes`: text/image/video as sand/pebbles/rocks instead of the cost model's classes.
+    `modserve`: half the GPUs (rounded down) run the vision encoder, one request per GPU, first come
+    first served; the other half run the LLM engine with tensor parallelism.
+    """
+
+    name: str
+    scheduling: SchedulingVariant
+    naive_classes: bool = False
+    modserve: bool = False
+
+    @property
+    def policy(self) -> Policy:
+        return self.scheduling.policy
+
+
+# The `rps-cap` chunk cap for the simulated H100 engine (8,192-token steps).
+SIM_CHUNK_CAP_TOKENS = 2048
+
+POLICY_VARIANTS: dict[str, PolicyVariant] = {
+    variant.name: variant
+    for variant in (
+        # modality-priority orders by modality: the naive classifier's levels.
+        *(
+            PolicyVariant(policy.value, SchedulingVariant(policy), naive_classes=policy.row.by_modality)
+            for policy in Policy
+        ),
+        PolicyVariant("rps-naive", SchedulingVariant(Policy.RPS), naive_classes=True),
+        PolicyVariant("rps-cap", SchedulingVariant(Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS)),
+        PolicyVariant("rps-no-evict", SchedulingVariant(Policy.RPS, evicts=False)),
+        PolicyVariant("modserve", SchedulingVariant(Policy.FCFS), modserve=True),
+        PolicyVariant("modserve-rps", SchedulingVariant(Policy.RPS), modserve=True),
+    )
+}
+
+
+def policy_variant(name: str) -> PolicyVariant:
+    if name not in POLICY_VARIANTS:
+        raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_VARIANTS)}")
+    return POLICY_VARIANTS[name]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model on `gpus` H100s behind vLLM in `execution` mode, with its isolated prefill lines measured
+    (in graph mode) on `profile_gpus`. `kv_capacity_tokens`: the LLM engine's KV cache in tokens where
+    it is set (vLLM's `num_gpu_blocks_override` times the block size, as a KV-pressure run sets it),
+    else what the GPUs' memory leaves after the weights. `aging_time_scale`: the policies' clock as
+    a multiple of the paper's seconds (the plug-in's, from its cost model's report)."""
+
+    spec: ModelSpec
+    gpus: int
+    lines: Mapping[Modality, PrefillLine]
+    profile_gpus: int
+    preprocess: PreprocessCosts = field(default_factory=PreprocessCosts)
+    gpu: GpuSpec = field(default_factory=GpuSpec)
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    block_size: int = 16
+    execution: Execution = Execution.GRAPH
+    kv_capacity_tokens: int | None = None
+    aging_time_scale: float = 1.0
+
+    def timing(self, gpus: int) -> TimingModel:
+        return timing_from_lines(self.lines, self.spec, gpus, self.profile_gpus, self.gpu, self.execution)
+
+    def engine_config(self, gpus: int) -> EngineConfig:
+        return EngineConfig(
+            kv_capacity_tokens=(
+                kv_capacity_tokens(self.spec, gpus, self.gpu)
+                if self.kv_capacity_tokens is None
+                else self.kv_capacity_tokens
+            ),
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            block_size=self.block_size,
+        )
+
+    def layout(self, modserve: bool) -> tuple[int, int]:
+        """(encoder GPUs, LLM GPUs)."""
+        if not modserve:
+            return 0, self.gpus
+        if self.gpus < 2:
+            raise ValueError("modserve needs at least 2 GPUs: half encode, half run the LLM")
+        return self.gpus // 2, self.gpus - self.gpus // 2
+
+    def isolated_engine_s(self, trace: Trace) -> np.ndarray:
+        """Engine seconds to the first token of every request of `trace` run alone on the deployment."""
+        return self.timing(self.gpus).isolated_ttft_s(
+            trace.modality, trace.prompt_tokens, trace.modality_tokens, self.max_num_batched_tokens
+        )
+
+    def isolated_ttft_s(self, trace: Trace) -> np.ndarray:
+        """TTFT of every request of `trace` run alone on the whole deployment (front end + engine)."""
+        preprocess = self.preprocess.seconds(trace.modality, trace.prompt_tokens, trace.modality_tokens)
+        return preprocess + self.isolated_engine_s(trace)
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    """Per-request records, and `ready_s`: when the engine saw each request (after the front end)."""
+
+    records: RequestRecords
+    ready_s: np.ndarray
+    utilization: float
+    preemptions: int
+    steps: int
+    makespan_s: float
+
+
+def simulate(
+    trace: Trace,
+    levels: np.ndarray,
+    num_levels: int,
+    variant: PolicyVariant,
+    deployment: Deployment,
+    observer: Callable[[StepRecord], None] | None = None,
+) -> SimOutcome:
+    """Run `trace` through the deployment under `variant`, with class level `levels[i]` for request i."""
+    encoder_gpus, llm_gpus = deployment.layout(variant.modserve)
+    timing = deployment.timing(llm_gpus)
+    prep = deployment.preprocess
+    preprocessed, _ = worker_pool(
+        trace.arrival_s,
+        prep.seconds(trace.modality, trace.prompt_tokens, trace.modality_tokens),
+        prep.workers,
+        levels=None if variant.policy.is_stock else levels,
+    )
+    encoder_busy = 0.0
+    if variant.modserve:
+        remote = deployment.timing(1).encoder_s(trace.modality, trace.modality_tokens)
+        ready, encoder_busy = worker_pool(preprocessed, remote, encoder_gpus)
+        local = np.zeros(len(trace))
+    else:
+        ready, local = preprocessed, timing.encoder_s(trace.modality, trace.modality_tokens)
+
+    engine = engine_for(trace, ready, local, levels, num_levels, variant, deployment, llm_gpus, observer)
+    result = engine.run()
+    records = trace_records(trace, result.first_token_s, result.finish_s, levels, num_levels)
+    makespan = records.makespan_s
+    gpu_seconds = result.busy_s * llm_gpus + encoder_busy
+    utilization = gpu_seconds / (deployment.gpus * makespan) if makespan > 0 else 0.0
+    return SimOutcome(records, ready, utilization, int(result.preemptions.sum()), result.steps, makespan)
+
+
+def engine_for(
+    trace: Trace,
+    ready_s: np.ndarray,
+    encoder_s: np.ndarray,
+    levels: np.ndarray,
+    num_levels: int,
+    variant: PolicyVariant,
+    deployment: Deployment,
+    gpus: int,
+    observer: Callable[[StepRecord], None] | None = None,
+) -> Engine:
+    """The LLM engine of the requests of `trace` on `gpus` of the deployment's GPUs under `variant`,
+    with `encoder_s` of vision encoding charged to its steps; its Queue Manager reads the engine's clock."""
+    clock = _EngineClock()
+    scale = deployment.aging_time_scale
+    ladder = in_time_units(class_ladder(num_levels), scale)
+    scheduling = variant.scheduling
+    queues: ClassQueues[int] = ClassQueues(scheduling.regulator(ladder), clock=clock)
+    holds: DecodeHolds[int] | None = scheduling.decode_holds(scale, num_levels, weak=False)
+    exempt = None
+    if holds is not None:
+        # The plug-in exempts a request without encoder inputs in the engine: a text, and under
+        # modserve every request (other GPUs encode the media).
+        exempt = scheduling.decode_hold_media_only & ((trace.modality_tokens == 0) | variant.modserve)
+    engine = Engine(
+        EngineWork(
+            ready_s=ready_s,
+            arrival_s=trace.arrival_s,
+            prompt_tokens=trace.prompt_tokens,
+            output_tokens=trace.output_tokens,
+            modality_tokens=trace.modality_tokens,
+            encoder_s=encoder_s,
+            level=levels,
+        ),
+        deployment.engine_config(gpus),
+        deployment.timing(gpus),
+        queues,
+        scheduling.preemption_rule(),
+        scheduling.chunk_cap_tokens,
+        observer,
+        holds,
+        exempt,
+    )
+    clock.engine = engine
+    return engine
+
+
+def trace_records(
+    trace: Trace, first_token_s: np.ndarray, finish_s: np.ndarray, levels: np.ndarray, num_levels: int
+) -> RequestRecords:
+    """Per-request records of `trace` from its first-token and finish times."""
+    return RequestRecords(
+        arrival_s=trace.arrival_s,
+        first_token_s=first_token_s,
+        finish_s=finish_s,
+        output_tokens=trace.output_tokens,
+        modality=trace.modality,
+        level=levels,
+        num_levels=num_levels,
+        kind=trace.kind,
+    )
+
+
+class _EngineClock:
+    """The engine's simulated time, read by the Queue Manager at every iteration."""
+
+    engine: Engine | None = None
+
+    def __call__(self) -> float:
+        return 0.0 if self.engine is None else self.engine.now
