@@ -201,16 +201,21 @@ WORD_TEXTS_NOTE = (
 
 def workload(record: Mapping[str, Any], load: Mapping[str, Any]) -> str:
     """The mix, the load, any engine arguments the run's command gave (a smaller KV cache is another
-    workload) and texts sized in words where they were: "mixed-iii at 0.9x, num_gpu_blocks_override
-    96 (word texts)"."""
+    workload), a model repository other than the checkout's (another configuration: its model.json)
+    and texts sized in words where they were: "mixed-iii at 0.9x, num_gpu_blocks_override 96 (word
+    texts)"."""
     fraction = load["fraction"]
     at = f"{fraction:g}x" if fraction is not None else f"{load['rate']:.2f} req/s"
     command = argparse.ArgumentParser(add_help=False)
     command.add_argument("--engine-args", default="")
-    given = command.parse_known_args(shlex.split(record["command"]))[0].engine_args
-    engine_args = json.loads(given) if given else {}
+    command.add_argument("--repository")
+    given = command.parse_known_args(shlex.split(record["command"]))[0]
+    engine_args = json.loads(given.engine_args) if given.engine_args else {}
+    parts = [f"{record['mix']} at {at}", *(f"{k} {v}" for k, v in engine_args.items())]
+    if given.repository:
+        parts.append(f"repository {given.repository}")
     texts = f" ({WORD_TEXTS_LABEL})" if trace_texts(record) == WORD_TRACE_TEXTS else ""
-    return ", ".join([f"{record['mix']} at {at}", *(f"{k} {v}" for k, v in engine_args.items())]) + texts
+    return ", ".join(parts) + texts
 
 
 def claims_of(link: str, record: Mapping[str, Any]) -> list[Claim]:

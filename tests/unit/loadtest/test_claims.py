@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rps_serve.cli import claims as claims_cli
-from rps_serve.comparison import ratio_rows
-from rps_serve.loadtest.claims import (
+from rps_harness.cli import claims as claims_cli
+from rps_harness.comparison import ratio_rows
+from rps_harness.loadtest.claims import (
     PAGE_LINES,
     WORD_TEXTS_LABEL,
     WORD_TEXTS_NOTE,
@@ -23,9 +23,9 @@ from rps_serve.loadtest.claims import (
     trace_texts,
     vector_extension,
 )
-from rps_serve.metrics import RequestRecords
+from rps_harness.metrics import RequestRecords
+from rps_harness.workload.prompts import TRACE_TEXTS
 from rps_serve.requests import Modality
-from rps_serve.workload.prompts import TRACE_TEXTS
 from tests.checkout import CHECKOUT
 
 RESULTS = CHECKOUT / "docs" / "results"
@@ -138,13 +138,24 @@ def test_the_claims_page_holds_each_claims_latest_run_in_one_row() -> None:
     smaller_cache = _record(
         0.5, "2026-12-02 10:00 UTC", "demo --engine-args '{\"num_gpu_blocks_override\": 96}'"
     )
-    page = claims_page({"runs/older.json": older, "runs/newer.json": newer, "runs/kv.json": smaller_cache})
+    # Another model repository is another configuration (its model.json), even when run later.
+    other_repository = _record(0.5, "2026-12-05 10:00 UTC", "demo --repository repo-nohold")
+    page = claims_page(
+        {
+            "runs/older.json": older,
+            "runs/newer.json": newer,
+            "runs/kv.json": smaller_cache,
+            "runs/nohold.json": other_repository,
+        }
+    )
     rows = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
     assert rows == [
         "| cost-vs-modality at 0.9x | rps / fcfs | text P90 TTFT | <= 0.75x | 1.00x [1.00, 1.00] | 3 "
         "| not met | [2026-12-04 10:00](runs/newer.json) | c1 |",
         "| cost-vs-modality at 0.9x, num_gpu_blocks_override 96 | rps / fcfs | text P90 TTFT | <= 0.75x "
         "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-02 10:00](runs/kv.json) | c2 |",
+        "| cost-vs-modality at 0.9x, repository repo-nohold | rps / fcfs | text P90 TTFT | <= 0.75x "
+        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-05 10:00](runs/nohold.json) | c3 |",
     ]
     assert "- c2: `rps-serve demo --engine-args '{\"num_gpu_blocks_override\": 96}'`" in page
     assert "[the run log](log.md)" in page
