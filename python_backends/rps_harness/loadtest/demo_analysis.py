@@ -23,15 +23,22 @@ def candidate_of(policies: Iterable[str]) -> str:
     return next((p for p in policies if not Policy.parse(p).is_stock), CANDIDATE)
 
 
-# What RPS is to achieve against each baseline, per mix (the candidate's metric over the baseline's at
-# most this); a target is met only where the ratio's whole 95% interval is.
+# What the candidate is to achieve against each baseline, per mix (its metric over the baseline's at
+# most this); a target is met only where the ratio's whole 95% interval is. Against FCFS, the paper's
+# comparisons; against stock priority by modality, what a user gets from one line of vLLM
+# configuration: the class order must not cost texts (text P90 <= 1) and must pay off in sand.
 TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {
     "mixed-iii": (
         ("fcfs", "text P90 TTFT", 0.75),
         ("fcfs", "TPOT mean", 1.0),
         ("modality-priority", "sand P90 TTFT", 0.9),
+        ("modality-priority", "text P90 TTFT", 1.0),
     ),
-    "cost-vs-modality": (("modality-priority", "normalized latency mean", 0.85),),
+    "cost-vs-modality": (
+        ("modality-priority", "normalized latency mean", 0.85),
+        ("modality-priority", "sand P90 TTFT", 0.75),
+        ("modality-priority", "text P90 TTFT", 1.0),
+    ),
 }
 # Targets taken back, per mix (baseline, metric): why, as the claims page states it. A withdrawn
 # target is no longer judged by new runs; its earlier records stay, shown as withdrawn.
