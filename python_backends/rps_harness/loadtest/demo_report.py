@@ -4,6 +4,7 @@ model served, the machine's speed) and the files it writes (`demo.json`, `claims
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -62,15 +63,21 @@ def _starvation_bound_lines(load: LoadRuns, scale: float, hold_s: float) -> list
     lines = []
     checks = [starvation_check(run.bench.records, scale, hold_s) for run in load.runs[load.candidate]]
     for label in sorted({label for check in checks for label in check}):
-        per_run = [check[label] for check in checks if label in check]
-        over = sum(c["longest_video_ttft_s"] > c["bound_s"] for c in per_run)
-        shown = "; ".join(f"{c['longest_video_ttft_s']:.2f} s of {c['bound_s']:.1f} s" for c in per_run)
-        verdict = "every run within it" if not over else f"{over} of {len(per_run)} runs over it"
+        per_run = [(c[label]["longest_video_ttft_s"], c[label]["bound_s"]) for c in checks if label in c]
         lines.append(
-            f"{load.candidate} {label} videos against the starvation bound, per run: {shown} ({verdict}; "
-            f"aging clock {scale:.2f}x the paper's; decode hold {hold_s:.2f} s)"
+            f"{load.candidate} {label} videos against the starvation bound, per run: "
+            f"{_within_bounds(per_run, '.1f')}; aging clock {scale:.2f}x the paper's; decode hold "
+            f"{hold_s:.2f} s)"
         )
     return lines
+
+
+def _within_bounds(per_run: Sequence[tuple[float, float]], bound_format: str = ".2f") -> str:
+    """Each run's (longest wait, its bound) as "W s of B s", then how many runs went over, its closing
+    parenthesis left to the caller."""
+    over = sum(value > bound for value, bound in per_run)
+    shown = "; ".join(f"{value:.2f} s of {bound:{bound_format}} s" for value, bound in per_run)
+    return f"{shown} ({'every run within it' if not over else f'{over} of {len(per_run)} runs over it'}"
 
 
 def _stock_wait_lines(load: LoadRuns, hold_s: float) -> list[str]:
@@ -84,13 +91,10 @@ def _stock_wait_lines(load: LoadRuns, hold_s: float) -> list[str]:
     checks = wait_checks([run.bench.records for run in load.runs[load.candidate]], stock, hold_s)
     lines = []
     for label in dict.fromkeys(c.label for c in checks):
-        per_run = [c for c in checks if c.label == label]
-        over = sum(not c.holds for c in per_run)
-        shown = "; ".join(f"{c.policy_s:.2f} s of {c.bound_s:.2f} s" for c in per_run)
-        verdict = "every run within it" if not over else f"{over} of {len(per_run)} runs over it"
+        per_run = [(c.policy_s, c.bound_s) for c in checks if c.label == label]
         lines.append(
             f"{load.candidate} longest {label} TTFT against {STOCK_WAIT_MARGIN:g}x the better of "
-            f"{', '.join(stock)} plus its decode hold ({hold_s:.2f} s), per run: {shown} ({verdict})"
+            f"{', '.join(stock)} plus its decode hold ({hold_s:.2f} s), per run: {_within_bounds(per_run)})"
         )
     return lines
 
