@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -120,6 +120,7 @@ class _RPSMixin(Scheduler):
         by_class = self.rps.policy.row.by_class
         self._caps_chunks = by_class and bool(self.rps.chunk_cap_tokens)
         self._yields_prefills = by_class and self.rps.yield_prefills
+        self._starts = self._kv_headroom(self.rps.policy.row.kv_reserve)
         logger.info(
             "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
             self.rps.policy.value,
@@ -185,7 +186,10 @@ class _RPSMixin(Scheduler):
         """vLLM's loop, after an eviction for the best waiting request and with the step's KV headroom,
         chunk cap and set-aside prefills, where they act."""
         self._evict_for_waiting()
-        with self._kv_headroom():
+        # The KV headroom holds for this step's loop only: outside it, a queue that reads as empty
+        # would tell vLLM that nothing waits.
+        self.waiting.admits = self._starts
+        try:
             if not self._caps_chunks and not self._yields_prefills:  # both off in the shipped settings
                 return super().schedule(*args, **kwargs)
             cap, aside = self._prefill_cap(), self._outranked_prefills()
@@ -193,31 +197,28 @@ class _RPSMixin(Scheduler):
                 return super().schedule(*args, **kwargs)
             with self._chunk_cap(cap), self._set_aside(aside):
                 return super().schedule(*args, **kwargs)
+        finally:
+            self.waiting.admits = None
 
-    @contextmanager
-    def _kv_headroom(self) -> Iterator[None]:
-        """For one `schedule()`, a waiting request of the heaviest class starts only where the
-        policy's share of the KV cache stays free after it (`scheduling.admission`): the
-        queue reads as empty to vLLM's loop otherwise. Asked when vLLM's loop asks whether requests
-        wait, after the running requests have taken their blocks, as the simulator asks."""
-        reserve = self.rps.policy.row.kv_reserve
+    def _kv_headroom(self, reserve: float) -> Callable[[Request], bool] | None:
+        """Whether a waiting request may start, where the policy keeps `reserve` of the KV cache free:
+        a request of the heaviest class starts only where that share stays free after it
+        (`scheduling.admission`), and the queue reads as empty to vLLM's loop otherwise. Asked when
+        vLLM's loop asks whether requests wait, after the running requests have taken their blocks,
+        as the simulator asks. None without a reserve. Built once: a step only calls it."""
         if not reserve:
-            yield
-            return
+            return None
         pool = self.kv_cache_manager.block_pool
         usable = pool.num_gpu_blocks - 1  # vLLM keeps one null block
         num_levels = self.waiting.classes.regulator.num_levels
+        level_of, free_blocks, block_size = self.waiting.level, pool.get_num_free_blocks, self.block_size
 
         def starts(request: Request) -> bool:
-            level = self.waiting.level(request)
-            free = pool.get_num_free_blocks()
-            return admits(level, num_levels, request.num_tokens, free, usable, self.block_size, reserve)
+            return admits(
+                level_of(request), num_levels, request.num_tokens, free_blocks(), usable, block_size, reserve
+            )
 
-        self.waiting.admits = starts
-        try:
-            yield
-        finally:
-            self.waiting.admits = None
+        return starts
 
     @contextmanager
     def _holding(self, holds: DecodeHolds[Request]) -> Iterator[None]:
