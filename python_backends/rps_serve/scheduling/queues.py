@@ -86,7 +86,8 @@ class ClassQueues(Generic[T]):
         regulator = self.regulator
         if regulator.bounded:
             regulator.overdue_first = not any(regulator.overdue(lv, at, self.now) for lv, at in prefilling)
-        regulator.observe(self.stats())
+        if regulator.ages:
+            regulator.observe(self.stats())
 
     def stats(self) -> list[tuple[int, float]]:
         """Length and mean waiting time of every class queue at `now` (plain tuples: a step makes

@@ -93,6 +93,8 @@ class PriorityRegulator:
         self._k = [c.k for c in self.ladder]
         self._slo = [c.slo_s for c in self.ladder]
         self._boost = [1.0] * len(self.ladder)
+        # Only an aging term reads the queue-pressure boost: the other orders skip its update.
+        self.ages = self._order in (Order.AGING, Order.STATIC_AND_AGING)
         slowdown = policy.row.wait_bound_slowdown
         self.wait_bounds_s = tuple(math.inf if slowdown is None else slowdown * c.slo_s for c in self.ladder)
         self.bounded = slowdown is not None
