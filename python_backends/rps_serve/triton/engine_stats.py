@@ -4,6 +4,7 @@ record."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,7 @@ class EngineStatsLogger(StatLoggerBase):
         self._run_log = run_log
         self._period_s = period_s
         self._last: EngineLoad | None = None
-        self._last_s = 0.0
+        self._last_s = -math.inf  # the first load goes out at once, however young the clock
 
     def record(
         self,
