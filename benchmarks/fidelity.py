@@ -187,6 +187,7 @@ def measured_profile(
             settings.rps.get("decode_hold_media_only", RPSConfig().decode_hold_media_only)
         ),
         rps_max_preemptions=int(settings.rps.get("max_preemptions", RPSConfig().max_preemptions)),
+        rps_cost_order=float(settings.rps.get("cost_order", RPSConfig().cost_order)),
         aging_time_scale=aging_time_scale(REPOSITORY),
     )
     front = front_end_seconds(draft.deployment(), repeated, _isolated(reports, isolated, "ttft_s"))

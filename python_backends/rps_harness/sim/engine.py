@@ -64,7 +64,9 @@ class EngineWork:
 
     `ready_s`: when the scheduler sees the request (after preprocessing and any remote encoding), for
     `Engine.run()`; an engine driven online gets each request from `Engine.add()` instead;
-    `arrival_s`: when the client sent it (ages and scores count from here, as vLLM's `arrival_time`);
+    `arrival_s`: when the client sent it (vLLM's `arrival_time`);
+    `rank_s`: the time it ranks from in its class queue (ages and scores count from here): its arrival,
+    or later under a cost order (`SchedulingVariant.rank_time`); None: `arrival_s`;
     `encoder_s`: vision-encoder seconds charged to the step that starts its prefill (0 if encoded elsewhere);
     `modality_tokens`: what that encoding draws from the step's encoder budget.
     """
@@ -76,6 +78,11 @@ class EngineWork:
     modality_tokens: np.ndarray
     encoder_s: np.ndarray
     level: np.ndarray
+    rank_s: np.ndarray | None = None
+
+    @property
+    def ranks(self) -> np.ndarray:
+        return self.arrival_s if self.rank_s is None else self.rank_s
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,7 @@ class Engine:
         self._prompt = work.prompt_tokens.tolist()
         self._level = work.level.tolist()
         self._arrival = work.arrival_s.tolist()
+        self._rank = work.ranks.tolist()
         self._encoder = work.encoder_s.tolist()
         self._visual = np.where(work.encoder_s > 0, work.modality_tokens, 0).tolist()
         self._exempt = [False] * n if hold_exempt is None else hold_exempt.tolist()
@@ -184,12 +192,12 @@ class Engine:
         """Into the waiting queue, in the group of its decode hold while one holds it."""
         level = self._level[request]
         group = None if self.holds is None else self.holds.arrived(request, level, self._exempt[request])
-        self.queues.add(request, level, self._arrival[request], group)
+        self.queues.add(request, level, self._rank[request], group)
 
     def _running_scores(self, ids: np.ndarray) -> np.ndarray:
-        """Scores of running requests as if they were waiting since arrival."""
+        """Scores of running requests as if they were waiting since their rank time."""
         regulator = self.queues.regulator
-        return regulator.scores(self.work.level[ids], self.work.arrival_s[ids], self.queues.now)
+        return regulator.scores(self.work.level[ids], self.work.ranks[ids], self.queues.now)
 
     def _running_victim(self, candidates: list[int]) -> int:
         """vLLM's victim when a running request cannot grow: the last admitted (FCFS), else the largest
@@ -266,8 +274,8 @@ class Engine:
         ids = self.running[candidates]
         waiting = Contender(
             self._level[request],
-            self.queues.score(self._level[request], self._arrival[request]),
-            self._arrival[request],
+            self.queues.score(self._level[request], self._rank[request]),
+            self._rank[request],
             int(self.preemptions[request]),
             self._known_tokens(request),
         )
@@ -275,7 +283,7 @@ class Engine:
             waiting,
             self.work.level[ids],
             self._running_scores(ids),
-            self.work.arrival_s[ids],
+            self.work.ranks[ids],
             self.preemptions[ids],
             self.computed[ids],
         )
@@ -360,9 +368,9 @@ class Engine:
             yield
 
     def _prefilling(self) -> list[tuple[int, float]]:
-        """(level, arrival) of the running requests whose prompt is not yet computed."""
+        """(level, rank time) of the running requests whose prompt is not yet computed."""
         ids = self.running[self.computed[self.running] < self.work.prompt_tokens[self.running]].tolist()
-        return [(self._level[r], self._arrival[r]) for r in ids]
+        return [(self._level[r], self._rank[r]) for r in ids]
 
     def _running_levels(self) -> Mapping[Hashable, int]:
         return {request: self._level[request] for request in self.running.tolist()}

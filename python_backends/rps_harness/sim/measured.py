@@ -70,6 +70,7 @@ class MeasuredDeployment(Deployment):
     rps_decode_hold_s: float = 0.0
     rps_decode_hold_media_only: bool = False
     rps_max_preemptions: int = MAX_PREEMPTIONS
+    rps_cost_order: float = 0.0
     loaded_steps: LoadedSteps | None = None
 
     def timing(self, gpus: int) -> TimingModel:
@@ -105,6 +106,7 @@ class MeasuredProfile:
     rps_decode_hold_s: float = 0.0
     rps_decode_hold_media_only: bool = False
     rps_max_preemptions: int = MAX_PREEMPTIONS
+    rps_cost_order: float = 0.0
     aging_time_scale: float = 1.0
     loaded_steps: LoadedSteps | None = None
 
@@ -137,6 +139,7 @@ class MeasuredProfile:
             rps_decode_hold_s=self.rps_decode_hold_s,
             rps_decode_hold_media_only=self.rps_decode_hold_media_only,
             rps_max_preemptions=self.rps_max_preemptions,
+            rps_cost_order=self.rps_cost_order,
             aging_time_scale=self.aging_time_scale,
             loaded_steps=self.loaded_steps,
         )
@@ -226,5 +229,6 @@ def as_served(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
         decode_hold_s=scheduling.decode_hold_s or deployment.rps_decode_hold_s,
         decode_hold_media_only=scheduling.decode_hold_media_only or deployment.rps_decode_hold_media_only,
         max_preemptions=deployment.rps_max_preemptions,
+        cost_order=scheduling.cost_order or deployment.rps_cost_order,
     )
     return replace(variant, scheduling=served)

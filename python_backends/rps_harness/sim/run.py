@@ -25,6 +25,7 @@ from rps_harness.workload.shapes import ISOLATION, SERVING
 from rps_harness.workload.source import Workload
 from rps_harness.workload.synthetic_profile import reference_profile
 from rps_harness.workload.trace import Trace
+from rps_serve.cost import features as cols
 from rps_serve.cost.model import CostModel, ModalityClasses
 from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import ProfileRecord, read_records
@@ -86,13 +87,15 @@ class SimulationConfig:
 
 @dataclass(frozen=True)
 class SimulationSetup:
-    """Everything policies share within one run: deployment, trace and class levels."""
+    """Everything policies share within one run: deployment, trace, class levels and the cost model's
+    prefill estimates (in the deployment's seconds, for a cost order)."""
 
     deployment: Deployment
     trace: Trace
     levels: np.ndarray
     naive_levels: np.ndarray
     num_levels: int
+    prefill_s: np.ndarray | None = None
 
 
 def default_shapes(reference: str, profile: Path | None = None, measured: Path | None = None) -> str:
@@ -146,7 +149,10 @@ def prepare(config: SimulationConfig) -> SimulationSetup:
     model = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
     trace = config.workload.trace()
     naive = class_levels(trace, ModalityClasses())
-    return SimulationSetup(deployment, trace, class_levels(trace, model), naive, config.classes)
+    cost, levels = model.estimate(trace_features(trace))
+    return SimulationSetup(
+        deployment, trace, levels, naive, config.classes, cost[:, cols.PREFILL_S].astype(float)
+    )
 
 
 def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
@@ -164,10 +170,12 @@ def run_policy(
 ) -> SimOutcome:
     variant = as_served(policy_variant(name), setup.deployment)
     if variant.naive_classes:
-        return simulate(
-            setup.trace, setup.naive_levels, ModalityClasses.num_classes, variant, setup.deployment, observer
-        )
-    return simulate(setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, observer)
+        levels, num_levels = setup.naive_levels, ModalityClasses.num_classes
+    else:
+        levels, num_levels = setup.levels, setup.num_levels
+    return simulate(
+        setup.trace, levels, num_levels, variant, setup.deployment, observer, prefill_s=setup.prefill_s
+    )
 
 
 def run_cluster(setup: SimulationSetup, name: str, replicas: int, routing: Routing) -> ClusterOutcome:

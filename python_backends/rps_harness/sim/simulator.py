@@ -16,7 +16,7 @@ from rps_harness.workload.trace import Trace
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.scheduling.holding import DecodeHolds
-from rps_serve.scheduling.parameters import Policy, class_ladder, in_time_units
+from rps_serve.scheduling.parameters import COST_ORDER, Policy, class_ladder, in_time_units
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.variant import SchedulingVariant
 
@@ -55,6 +55,7 @@ POLICY_VARIANTS: dict[str, PolicyVariant] = {
         PolicyVariant("rps-naive", SchedulingVariant(Policy.RPS), naive_classes=True),
         PolicyVariant("rps-cap", SchedulingVariant(Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS)),
         PolicyVariant("rps-no-evict", SchedulingVariant(Policy.RPS, evicts=False)),
+        PolicyVariant("headroom-cost", SchedulingVariant(Policy.HEADROOM, cost_order=COST_ORDER)),
         PolicyVariant("modserve", SchedulingVariant(Policy.FCFS), modserve=True),
         PolicyVariant("modserve-rps", SchedulingVariant(Policy.RPS), modserve=True),
     )
@@ -142,8 +143,10 @@ def simulate(
     variant: PolicyVariant,
     deployment: Deployment,
     observer: Callable[[StepRecord], None] | None = None,
+    prefill_s: np.ndarray | None = None,
 ) -> SimOutcome:
-    """Run `trace` through the deployment under `variant`, with class level `levels[i]` for request i."""
+    """Run `trace` through the deployment under `variant`, with class level `levels[i]` and (for a
+    cost order) estimated prefill seconds `prefill_s[i]` for request i."""
     encoder_gpus, llm_gpus = deployment.layout(variant.modserve)
     timing = deployment.timing(llm_gpus)
     prep = deployment.preprocess
@@ -161,7 +164,9 @@ def simulate(
     else:
         ready, local = preprocessed, timing.encoder_s(trace.modality, trace.modality_tokens)
 
-    engine = engine_for(trace, ready, local, levels, num_levels, variant, deployment, llm_gpus, observer)
+    engine = engine_for(
+        trace, ready, local, levels, num_levels, variant, deployment, llm_gpus, observer, prefill_s
+    )
     result = engine.run()
     records = trace_records(trace, result.first_token_s, result.finish_s, levels, num_levels)
     makespan = records.makespan_s
@@ -180,9 +185,11 @@ def engine_for(
     deployment: Deployment,
     gpus: int,
     observer: Callable[[StepRecord], None] | None = None,
+    prefill_s: np.ndarray | None = None,
 ) -> Engine:
     """The LLM engine of the requests of `trace` on `gpus` of the deployment's GPUs under `variant`,
-    with `encoder_s` of vision encoding charged to its steps; its Queue Manager reads the engine's clock."""
+    with `encoder_s` of vision encoding charged to its steps; its Queue Manager reads the engine's clock.
+    `prefill_s`: each request's estimated prefill seconds, which a cost order needs (`rank_times`)."""
     clock = _EngineClock()
     scale = deployment.aging_time_scale
     ladder = in_time_units(class_ladder(num_levels), scale)
@@ -203,6 +210,7 @@ def engine_for(
             modality_tokens=trace.modality_tokens,
             encoder_s=encoder_s,
             level=levels,
+            rank_s=rank_times(scheduling, trace.arrival_s, prefill_s),
         ),
         deployment.engine_config(gpus),
         deployment.timing(gpus),
@@ -215,6 +223,19 @@ def engine_for(
     )
     clock.engine = engine
     return engine
+
+
+def rank_times(
+    scheduling: SchedulingVariant, arrival_s: np.ndarray, prefill_s: np.ndarray | None
+) -> np.ndarray | None:
+    """The times requests rank from in their class queues under `scheduling`'s cost order, each as
+    the plug-in computes it (`SchedulingVariant.rank_time`); None (arrival) without a cost order."""
+    if not scheduling.cost_order:
+        return None
+    if prefill_s is None:
+        raise ValueError("a cost order needs every request's estimated prefill seconds")
+    ranks = map(scheduling.rank_time, arrival_s.tolist(), prefill_s.tolist())
+    return np.fromiter(ranks, dtype=float, count=len(arrival_s))
 
 
 def trace_records(

@@ -134,6 +134,10 @@ _TWICE = math.log(2.0)
 WAIT_BOUND_SLOWDOWN = 20.0
 # The KV headroom the heaviest class's admission leaves: chosen on the policy table (docs/decisions.md).
 KV_RESERVE = 0.05
+# The cost order's factor (`SchedulingVariant.cost_order`): a request is passed inside its class only by
+# requests arriving within 20x the difference of their estimated prefills; tried at 1, 4, 20 and 1,000
+# in the simulator before it became a row (docs/decisions.md).
+COST_ORDER = 20.0
 POLICY_TABLE: dict[Policy, PolicyRow] = {
     Policy.RPS: PolicyRow(Order.STATIC_AND_AGING, eviction_margin=_TWICE, starvation_guard=True),
     Policy.STATIC: PolicyRow(Order.STATIC, eviction_margin=_TWICE),

@@ -10,6 +10,7 @@ adding a row to the table, or a value of this to the simulator's `POLICY_VARIANT
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -29,7 +30,9 @@ class SchedulingVariant:
     that cannot grow); `max_preemptions`: the evictions one request may suffer; `chunk_cap_tokens`: the
     prefill chunk cap while a lighter class waits behind a heavier prefill, 0 for none;
     `decode_hold_s`: the decode hold (`scheduling.holding`) in the paper's seconds on the aging clock,
-    0 for none; `decode_hold_media_only`: it holds only requests with an image or a video."""
+    0 for none; `decode_hold_media_only`: it holds only requests with an image or a video;
+    `cost_order`: inside its class a request ranks as if it had arrived `cost_order` times its
+    estimated prefill later (`rank_time`), 0 for arrival order."""
 
     policy: Policy
     evicts: bool = True
@@ -37,6 +40,7 @@ class SchedulingVariant:
     chunk_cap_tokens: int = 0
     decode_hold_s: float = 0.0
     decode_hold_media_only: bool = False
+    cost_order: float = 0.0
 
     def regulator(self, ladder: Sequence[ClassParameters]) -> PriorityRegulator:
         return PriorityRegulator(self.policy, ladder)
@@ -51,3 +55,14 @@ class SchedulingVariant:
         if not self.decode_hold_s or not self.policy.row.by_class:
             return None
         return DecodeHolds(self.decode_hold_s * time_scale, num_levels, weak=weak)
+
+    def rank_time(self, arrival: float, prefill_s: float) -> float:
+        """The time a request ranks from in its class queue: its arrival, shifted by `cost_order`
+        times its estimated prefill (in the engine's seconds) where the plug-in orders by class
+        (stock vLLM cannot) and the estimate is known. Shorter prefills then go first inside a
+        class, and a longer one is passed only by requests arriving within `cost_order` times the
+        difference: a bound, not a clock."""
+        row = self.policy.row
+        if not self.cost_order or row.stock or not row.by_class or not math.isfinite(prefill_s):
+            return arrival
+        return arrival + self.cost_order * prefill_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ def engine_request_features(request: Any) -> RequestFeatures:
     )
 
 
-def supplied_level(request: Any, num_levels: int) -> int | None:
-    """The class level in `extra_args["rps"]`, if the caller supplied one that fits this engine."""
+def supplied_class(request: Any, num_levels: int) -> tuple[int, float] | None:
+    """The class level and estimated prefill seconds in `extra_args["rps"]`, if the caller supplied a
+    level that fits this engine (the estimate NaN where it supplied none)."""
     extra = (request.sampling_params.extra_args or {}) if request.sampling_params else {}
     supplied = extra.get(EXTRA_ARGS_KEY)
     if not isinstance(supplied, dict) or "class_level" not in supplied:
@@ -39,7 +41,8 @@ def supplied_level(request: Any, num_levels: int) -> int | None:
             num_levels,
         )
         return None
-    return level
+    estimate = supplied.get("est_prefill_s")
+    return level, float(estimate) if isinstance(estimate, int | float) else math.nan
 
 
 def engine_cost_model(config: RPSConfig) -> CostModel:
@@ -48,9 +51,13 @@ def engine_cost_model(config: RPSConfig) -> CostModel:
     return cost_model_at(Path(config.cost_model) if config.cost_model and not config.naive else None)
 
 
-def engine_level(model: CostModel, request: Any) -> int:
-    """A vLLM request's class level: the caller's, if it supplied one that fits, else `model`'s."""
-    supplied = supplied_level(request, model.num_classes)
-    if supplied is not None:
+def engine_class(model: CostModel, request: Any, needs_prefill: bool = True) -> tuple[int, float]:
+    """A vLLM request's class level and estimated prefill seconds: the caller's, if it supplied a
+    level that fits (the ensemble supplies both), else `model`'s (NaN where it estimates no prefill).
+    Without `needs_prefill` a supplied level is taken without asking `model` for a missing estimate."""
+    supplied = supplied_class(request, model.num_classes)
+    if supplied is not None and (not needs_prefill or not math.isnan(supplied[1])):
         return supplied
-    return int(model.levels(cols.feature_matrix([engine_request_features(request)]))[0])
+    cost, levels = model.estimate(cols.feature_matrix([engine_request_features(request)]))
+    level = int(levels[0]) if supplied is None else supplied[0]
+    return level, float(cost[0, cols.PREFILL_S])

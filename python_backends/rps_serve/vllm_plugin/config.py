@@ -27,6 +27,8 @@ class RPSConfig:
     - `decode_hold_s`: the longest a waiting request of a heavier class sits out steps for the lighter
       requests running when it arrived (`scheduling.holding`), in the paper's seconds on the aging
       clock; 0 disables it. `decode_hold_media_only` holds only requests with an image or a video.
+    - `cost_order`: inside its class a request ranks as if it had arrived this many times its
+      estimated prefill later (`SchedulingVariant.rank_time`); 0 keeps arrival order.
     - `aging_time_scale`: the aging clock as a multiple of the paper's seconds; None takes the cost
       model's report, or 1 without a cost model.
     - `observed_costs`: a JSON-lines file that gets a profile record of every completed prefill.
@@ -42,6 +44,7 @@ class RPSConfig:
     max_preemptions: int = MAX_PREEMPTIONS
     decode_hold_s: float = 0.0
     decode_hold_media_only: bool = False
+    cost_order: float = 0.0
     aging_time_scale: float | None = None
     observed_costs: str | None = None
 
@@ -54,6 +57,7 @@ class RPSConfig:
             chunk_cap_tokens=self.chunk_cap_tokens,
             decode_hold_s=self.decode_hold_s,
             decode_hold_media_only=self.decode_hold_media_only,
+            cost_order=self.cost_order,
         )
 
     def to_additional_config(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import NamedTuple
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
@@ -13,42 +14,57 @@ from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.regulator import PriorityRegulator
 
 
+class Ranked(NamedTuple):
+    """Where a request ranks, fixed when it first arrives: its class level, and the time it ranks
+    from inside its class (its arrival, or later under a cost order: `SchedulingVariant.rank_time`)."""
+
+    level: int
+    since: float
+
+
 class ClassRequestQueue(RequestQueue):
     """Waiting requests in per-class queues, handed out in RPS priority order.
 
     vLLM "prepends" requests it could not schedule or has preempted; here every request is placed
-    by its arrival time inside its class, which puts those back at the head of their class.
-    A request's class is computed once, when it first arrives, and remembered for its lifetime.
+    by its rank time inside its class, which puts those back near the head of their class.
+    A request's class and rank time (`classify`) are computed once, when it first arrives, and
+    remembered for its lifetime.
     `group_of` names the group a request joins the queue in (`ClassQueues.park`), given its level.
     """
 
     def __init__(
         self,
         regulator: PriorityRegulator,
-        classify: Callable[[Request], int],
+        classify: Callable[[Request], Ranked],
         group_of: Callable[[Request, int], Hashable | None] | None = None,
     ) -> None:
         # The scheduler calls `classes.begin_iteration()` itself, a step's first call.
         self.classes: ClassQueues[Request] = ClassQueues(regulator, clock=time.time)
         self._classify = classify
         self._group_of = group_of
-        self._levels: weakref.WeakKeyDictionary[Request, int] = weakref.WeakKeyDictionary()
+        self._ranked: weakref.WeakKeyDictionary[Request, Ranked] = weakref.WeakKeyDictionary()
         # While set (for one `schedule()`), the queue reads as empty when its best request may not
         # start now: vLLM's loop then ends its admissions, as at a request the cache cannot hold.
         self.admits: Callable[[Request], bool] | None = None
 
-    def level(self, request: Request) -> int:
-        """Class level of a request this queue has seen (waiting or not)."""
+    def ranked(self, request: Request) -> Ranked:
+        """Class level and rank time of a request this queue has seen (waiting or not)."""
         try:
-            return self._levels[request]
+            return self._ranked[request]
         except KeyError:
-            level = self._levels[request] = self._classify(request)
-            return level
+            ranked = self._ranked[request] = self._classify(request)
+            return ranked
+
+    def level(self, request: Request) -> int:
+        return self.ranked(request).level
+
+    def rank_time(self, request: Request) -> float:
+        return self.ranked(request).since
 
     def add_request(self, request: Request) -> None:
-        level = self.level(request)
+        level, since = self.ranked(request)
         group = None if self._group_of is None else self._group_of(request, level)
-        self.classes.add(request, level, request.arrival_time, group)
+        self.classes.add(request, level, since, group)
 
     def pop_request(self) -> Request:
         return self.classes.pop()

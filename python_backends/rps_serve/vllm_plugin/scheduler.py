@@ -44,10 +44,10 @@ from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender
-from rps_serve.vllm_plugin.classify import engine_cost_model, engine_level, engine_request_features
+from rps_serve.vllm_plugin.classify import engine_class, engine_cost_model, engine_request_features
 from rps_serve.vllm_plugin.config import RPSConfig
 from rps_serve.vllm_plugin.parent_watch import watch_parent
-from rps_serve.vllm_plugin.queue import ClassRequestQueue
+from rps_serve.vllm_plugin.queue import ClassRequestQueue, Ranked
 from rps_serve.vllm_plugin.version import check_vllm_version
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class _RPSMixin(Scheduler):
             aging_time_scale(Path(self.rps.cost_model)) if self.rps.cost_model else 1.0
         )
         ladder = in_time_units(class_ladder(self.cost_model.num_classes), self.time_scale)
-        variant = self.rps.variant
+        variant = self._variant = self.rps.variant
         regulator = variant.regulator(ladder)
         if self.waiting:
             raise RuntimeError("the RPS scheduler must replace the waiting queue before requests arrive")
@@ -129,10 +129,11 @@ class _RPSMixin(Scheduler):
             self.time_scale,
         )
 
-    def _classify(self, request: Request) -> int:
-        level = engine_level(self.cost_model, request)
+    def _classify(self, request: Request) -> Ranked:
+        variant = self._variant
+        level, prefill_s = engine_class(self.cost_model, request, needs_prefill=bool(variant.cost_order))
         request.priority = level
-        return level
+        return Ranked(level, variant.rank_time(request.arrival_time, prefill_s))
 
     def _queued(self, request: Request, level: int) -> int | None:
         """A request joins the waiting queue: the decode hold learns of it (a text is never held under
@@ -234,21 +235,18 @@ class _RPSMixin(Scheduler):
             yield
 
     def _prefilling(self) -> list[tuple[int, float]]:
-        """(level, arrival) of the running requests whose prompt is not yet computed."""
-        return [
-            (self.waiting.level(r), r.arrival_time)
-            for r in self.running
-            if r.num_computed_tokens < r.num_prompt_tokens
-        ]
+        """(level, rank time) of the running requests whose prompt is not yet computed."""
+        return [self.waiting.ranked(r) for r in self.running if r.num_computed_tokens < r.num_prompt_tokens]
 
     def _contenders(self, requests: list[Request]) -> list[Contender]:
         """`requests` as the preemption rule sees them, scored in one vectorized call."""
-        levels = [self.waiting.level(r) for r in requests]
-        arrivals = [r.arrival_time for r in requests]
-        scores = self.waiting.classes.scores(levels, arrivals)
+        ranked = [self.waiting.ranked(r) for r in requests]
+        levels = [level for level, _ in ranked]
+        since = [rank_time for _, rank_time in ranked]
+        scores = self.waiting.classes.scores(levels, since)
         return [
-            Contender(level, score, r.arrival_time, r.num_preemptions, _tokens(r))
-            for r, level, score in zip(requests, levels, scores, strict=True)
+            Contender(level, score, rank_time, r.num_preemptions, _tokens(r))
+            for r, level, rank_time, score in zip(requests, levels, since, scores, strict=True)
         ]
 
     def _kv_short_for(self, request: Request) -> bool:

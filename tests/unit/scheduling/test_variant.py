@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from rps_harness.sim.simulator import policy_variant
@@ -34,3 +36,18 @@ def test_the_plug_ins_settings_and_the_simulators_row_are_one_value() -> None:
         Policy.RPS, max_preemptions=1, chunk_cap_tokens=256, decode_hold_s=0.25
     )
     assert policy_variant("headroom").scheduling == RPSConfig(policy=Policy.HEADROOM).variant
+
+
+def test_a_cost_order_ranks_a_request_its_factor_times_its_prefill_after_its_arrival() -> None:
+    cost_order = SchedulingVariant(Policy.HEADROOM, cost_order=20.0)
+    assert cost_order.rank_time(100.0, 0.25) == 105.0
+    assert cost_order.rank_time(100.0, math.nan) == 100.0  # no estimate (classes by modality)
+    assert SchedulingVariant(Policy.HEADROOM).rank_time(100.0, 0.25) == 100.0
+    # Stock vLLM cannot order by cost, and FCFS orders by arrival alone.
+    for policy in (Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY, Policy.FCFS):
+        assert SchedulingVariant(policy, cost_order=20.0).rank_time(100.0, 0.25) == 100.0
+
+
+def test_the_cost_order_setting_reaches_both_engines() -> None:
+    served = RPSConfig.from_additional_config({CONFIG_KEY: {"policy": "headroom", "cost_order": 20}}).variant
+    assert served == policy_variant("headroom-cost").scheduling

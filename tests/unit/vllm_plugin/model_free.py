@@ -126,13 +126,22 @@ def create_request(
 
 
 def classed_request(
-    request_id: str, level: int, tokens: int, max_tokens: int = 16, image_tokens: int = 0
+    request_id: str,
+    level: int,
+    tokens: int,
+    max_tokens: int = 16,
+    image_tokens: int = 0,
+    est_prefill_s: float | None = None,
 ) -> Request:
-    """A request whose caller supplies its class, as the Triton ensemble does; with `image_tokens`,
-    an image's placeholders at the start of its prompt (its prefill then runs the encoder)."""
+    """A request whose caller supplies its class (and with `est_prefill_s` its estimated prefill), as
+    the Triton ensemble does; with `image_tokens`, an image's placeholders at the start of its prompt
+    (its prefill then runs the encoder)."""
     positions = [PlaceholderRange(offset=0, length=image_tokens)] if image_tokens else None
     request = create_request(request_id, tokens, max_tokens, positions)
-    request.sampling_params.extra_args = {EXTRA_ARGS_KEY: {"class_level": level, "num_classes": NUM_CLASSES}}
+    supplied: dict[str, Any] = {"class_level": level, "num_classes": NUM_CLASSES}
+    if est_prefill_s is not None:
+        supplied["est_prefill_s"] = est_prefill_s
+    request.sampling_params.extra_args = {EXTRA_ARGS_KEY: supplied}
     return request
 
 

@@ -1,8 +1,9 @@
 """The served scheduler and the simulator decide the same steps on the same scenarios.
 
 Both engines take their per-step decisions (class order, the decode hold, the chunk cap, evictions
-under KV pressure) from the same code in `rps_serve.scheduling`; what each adds around it is its own:
-vLLM's scheduler loop in the plug-in, `sim.engine`'s model of that loop in the simulator. Each row of
+under KV pressure, the cost order inside a class) from the same code in `rps_serve.scheduling`; what
+each adds around it is its own: vLLM's scheduler loop in the plug-in, `sim.engine`'s model of that
+loop in the simulator. Each row of
 `SCENARIOS` feeds the same requests, at the same steps, to a model-free vLLM scheduler (`model_free`)
 as the server runs the policy (the plug-in; stock vLLM's own scheduler for the baselines, with the
 class level as the request's priority) and to the simulator's engine built as `rps-serve simulate
@@ -64,6 +65,7 @@ class Arrival:
     tokens: int
     max_tokens: int = 4
     image_tokens: int = 0
+    est_prefill_s: float = 1e-3  # what the ensemble estimates and hands to the engine
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,18 @@ SCENARIOS = [
         policy=Policy.HEADROOM,
         max_num_seqs=1,
     ),
+    Scenario(
+        "headroom with a cost order: the shorter pebble first inside its class, sand before both",
+        (
+            Arrival(0, "sand-0", SAND, 20, max_tokens=3),
+            Arrival(1, "long pebble", PEBBLE, 300, est_prefill_s=1.0),
+            Arrival(1, "short pebble", PEBBLE, 50, est_prefill_s=0.1),
+            Arrival(1, "sand-1", SAND, 40, est_prefill_s=0.5),
+        ),
+        policy=Policy.HEADROOM,
+        settings={"cost_order": 20.0},
+        max_num_seqs=1,
+    ),
 ]
 
 Steps = list[dict[str, int]]
@@ -277,7 +291,12 @@ def served_steps(scenario: Scenario, model: Path) -> Steps:
 
     def add(arrival: Arrival) -> None:
         request = classed_request(
-            arrival.name, arrival.level, arrival.tokens, arrival.max_tokens, arrival.image_tokens
+            arrival.name,
+            arrival.level,
+            arrival.tokens,
+            arrival.max_tokens,
+            arrival.image_tokens,
+            arrival.est_prefill_s,
         )
         request.priority = arrival.level  # what the server hands stock vLLM (the plug-in sets it too)
         scheduler.add_request(request)
@@ -319,14 +338,25 @@ def simulator_steps(scenario: Scenario) -> Steps:
         rps_decode_hold_s=rps.decode_hold_s,
         rps_decode_hold_media_only=rps.decode_hold_media_only,
         rps_max_preemptions=rps.max_preemptions,
+        rps_cost_order=rps.cost_order,
         aging_time_scale=scenario.time_scale,
     ).deployment()
     variant = as_served(policy_variant(scenario.policy.value), deployment)
     steps: list[StepRecord] = []
     levels = np.array([a.level for a in arrivals])
     encoder_s = deployment.timing(1).encoder_s(trace.modality, trace.modality_tokens)
+    prefill_s = np.array([a.est_prefill_s for a in arrivals])
     engine: Engine = engine_for(
-        trace, trace.arrival_s, encoder_s, levels, NUM_CLASSES, variant, deployment, 1, steps.append
+        trace,
+        trace.arrival_s,
+        encoder_s,
+        levels,
+        NUM_CLASSES,
+        variant,
+        deployment,
+        1,
+        steps.append,
+        prefill_s,
     )
 
     def step() -> dict[str, int]:
