@@ -16,8 +16,8 @@ from rps_harness.local.repository import (
     policy_models,
     policy_repository,
 )
+from rps_harness.sim.simulator import served_settings
 from rps_serve.cost.runtime import REPORT_FILE
-from rps_serve.scheduling.parameters import Policy
 from rps_serve.triton import protocol as p
 from rps_serve.triton.run_log import RunLog
 from rps_serve.triton.settings import RUN_LOG_ENV, SETTINGS_FILE, load_settings, read_settings
@@ -38,7 +38,7 @@ def _config_names(config: Path) -> list[str]:
 
 
 def test_each_policy_gets_its_engine_behind_its_own_ensemble(tmp_path: Path) -> None:
-    policies = ["fcfs", "modality-priority", "rps"]
+    policies = ["fcfs", "modality-priority", "rps", "headroom-cost"]
     copy = policy_repository(tmp_path, policies, REPOSITORY)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
@@ -51,7 +51,11 @@ def test_each_policy_gets_its_engine_behind_its_own_ensemble(tmp_path: Path) -> 
         # The ensemble's last step is its policy's engine; the front steps are the shared models.
         steps = [n.removeprefix('model_name: "').strip('"') for n in names if n.startswith("model_name")]
         assert steps == [*FRONT_MODELS, engine.name]
-        assert load_settings(copy, model, engine.name).policy is Policy.parse(policy)
+        settings = load_settings(copy, model, engine.name)
+        served, scheduler = served_settings(policy)
+        assert settings.policy is served
+        # A variant's settings over the checkout's own (the CPU stack's decode hold stays).
+        assert settings.rps == {**read_settings(REPOSITORY / SETTINGS_FILE, copy, {}).rps, **scheduler}
     # The copy's own engine keeps the checkout's settings (preprocess reads them), and is not loaded.
     assert read_settings(copy / SETTINGS_FILE, copy, {}) == read_settings(
         REPOSITORY / SETTINGS_FILE, copy, {}

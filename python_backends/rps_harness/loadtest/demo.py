@@ -55,6 +55,7 @@ from rps_harness.loadtest.server_stats import ServedFit, scrape
 from rps_harness.local.repository import engine_model, ensemble_model, policy_models, policy_repository
 from rps_harness.local.server import Endpoints, EngineSettings, launch_server
 from rps_harness.metrics import STEADY_STATE_TRIM
+from rps_harness.sim.simulator import served_settings
 from rps_harness.workload.content import ContentLimits
 from rps_harness.workload.request_format import RequestFormat
 from rps_harness.workload.source import SyntheticWorkload
@@ -369,11 +370,13 @@ class _Servers:
 def engine_settings(
     config: DemoConfig, placement: Placement | None, policy: str | None, run_log: Path | None = None
 ) -> EngineSettings:
-    """The settings a run's server starts its engines with; `policy` None leaves each engine its
-    model.json's."""
+    """The settings a run's server starts its engines with; `policy` (a policy or a variant the
+    plug-in's settings express: `served_settings`) None leaves each engine its model.json's."""
+    served, scheduler = served_settings(policy) if policy is not None else (None, {})
     return EngineSettings(
         model=config.model,
-        policy=policy,
+        policy=None if served is None else served.value,
+        scheduler=scheduler,
         front_end=config.front_end,
         engine_args=config.engine_args,
         run_log=run_log,

@@ -10,8 +10,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from rps_harness.metrics import RequestRecords
+from rps_harness.sim.simulator import served_settings
 from rps_serve.requests import Modality, RequestClass
-from rps_serve.scheduling.parameters import Policy, PressureSettings, class_ladder, in_time_units
+from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
 from rps_serve.scheduling.regulator import starvation_bound_s
 
 CANDIDATE = "rps"  # the paper's policy: the candidate where every policy of a run is stock
@@ -20,7 +21,7 @@ CANDIDATE = "rps"  # the paper's policy: the candidate where every policy of a r
 def candidate_of(policies: Iterable[str]) -> str:
     """The policy the demo judges: the first of `policies` that is not stock vLLM's (rps, headroom,
     ...), against the stock baselines beside it; `CANDIDATE` where every one is stock."""
-    return next((p for p in policies if not Policy.parse(p).is_stock), CANDIDATE)
+    return next((p for p in policies if not served_settings(p)[0].is_stock), CANDIDATE)
 
 
 # What the candidate is to achieve against each baseline, per mix (its metric over the baseline's at

@@ -17,10 +17,11 @@ from rps_harness.loadtest.demo_analysis import SPEED_TOLERANCE, TARGETS, candida
 from rps_harness.loadtest.demo_records import DemoRuns, LoadRuns, PolicyRun, run_speed, speed_change
 from rps_harness.loadtest.tables import formatted, seconds
 from rps_harness.metrics import grouped_metrics
+from rps_harness.sim.simulator import served_settings
 from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale
 from rps_serve.cost.training import fit_of_report
 from rps_serve.requests import Modality
-from rps_serve.scheduling.parameters import Order, Policy
+from rps_serve.scheduling.parameters import Order
 from rps_serve.triton.settings import SETTINGS_FILE, read_settings
 from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
 
@@ -54,7 +55,7 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
     scale = aging_time_scale(repository)
     rps = read_settings(repository / SETTINGS_FILE, repository).rps
     hold_s = RPSConfig.from_additional_config({CONFIG_KEY: rps}).decode_hold_s * scale
-    if Policy.parse(load.candidate).row.order is Order.STATIC_AND_AGING:
+    if served_settings(load.candidate)[0].row.order is Order.STATIC_AND_AGING:
         return lines + _starvation_bound_lines(load, scale, hold_s)
     return lines + _stock_wait_lines(load, hold_s)
 
@@ -84,7 +85,7 @@ def _stock_wait_lines(load: LoadRuns, hold_s: float) -> list[str]:
     stock = {
         policy: [run.bench.records for run in runs]
         for policy, runs in load.runs.items()
-        if Policy.parse(policy).is_stock_priority
+        if served_settings(policy)[0].is_stock_priority
     }
     if not stock:
         return [f"{load.candidate}: no stock priority ran beside it, so its longest waits are not checked"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rps_harness.local.checkout import PROFILES, REPOSITORY, TINY_MODEL
 from rps_harness.local.tiny_model import TinyModelSpec, build_tiny_model
+from rps_harness.sim.simulator import served_settings
 from rps_harness.workload.synthetic_profile import reference_profile
 from rps_harness.workload_profiler.isolated import profile_served_model
 from rps_serve.cost.runtime import CLASSIFIER_MODEL, ESTIMATOR_MODEL, REPORT_FILE, onnx_path, profile_source
@@ -108,11 +109,12 @@ def ensemble_model(policy: str) -> str:
 
 def policy_repository(work: Path, policies: Sequence[str], repository: Path = REPOSITORY) -> Path:
     """A copy of `repository` at `work`/model_repository with an engine per policy: `vllm_model` as
-    `engine_model(policy)`, its model.json's policy set, behind its own ensemble `ensemble_model(policy)`,
-    the front models shared. One server then holds every policy of a comparison, which switches policy
-    without a server start; an idle vLLM engine does not spin, so the one serving takes the engine's core
-    alone. Serve it with `policy_models(policies)` loaded (Triton's explicit model control): the copy's
-    own `vllm_model` and `rps_ensemble` stay on disk, unloaded, for `preprocess` to read its settings."""
+    `engine_model(policy)`, its model.json's policy (and a variant's `rps` settings: `served_settings`)
+    set, behind its own ensemble `ensemble_model(policy)`, the front models shared. One server then
+    holds every policy of a comparison, which switches policy without a server start; an idle vLLM
+    engine does not spin, so the one serving takes the engine's core alone. Serve it with
+    `policy_models(policies)` loaded (Triton's explicit model control): the copy's own `vllm_model`
+    and `rps_ensemble` stay on disk, unloaded, for `preprocess` to read its settings."""
     copy = work / "model_repository"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(repository, copy, ignore=shutil.ignore_patterns("__pycache__"))
@@ -121,7 +123,9 @@ def policy_repository(work: Path, policies: Sequence[str], repository: Path = RE
         shutil.copytree(copy / p.VLLM_MODEL, engine)
         _rename(engine / "config.pbtxt", {f'name: "{p.VLLM_MODEL}"': f'name: "{engine.name}"'})
         settings = json.loads((engine / SETTINGS_NAME).read_text())
-        settings["policy"] = policy
+        served, scheduler = served_settings(policy)
+        settings["policy"] = served.value
+        settings["rps"] = {**settings.get("rps", {}), **scheduler}
         (engine / SETTINGS_NAME).write_text(json.dumps(settings, indent=1) + "\n")
         shutil.copytree(copy / p.ENSEMBLE, ensemble)
         _rename(

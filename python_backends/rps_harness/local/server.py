@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import random
@@ -32,9 +33,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rps_serve.process_tree import process_tree
-from rps_serve.triton.settings import ENGINE_ARGS_ENV, FRONT_END_ENV, MODEL_ENV, POLICY_ENV, RUN_LOG_ENV
+from rps_serve.triton.settings import (
+    ENGINE_ARGS_ENV,
+    FRONT_END_ENV,
+    MODEL_ENV,
+    POLICY_ENV,
+    RUN_LOG_ENV,
+    SCHEDULER_ENV,
+)
 from rps_serve.vllm_plugin.cpu_env import cpu_engine_environment
 
 logger = logging.getLogger(__name__)
@@ -293,14 +302,15 @@ def local_server(
 @dataclass(frozen=True)
 class EngineSettings:
     """What a local server's engines start with over their model.json (`triton.settings`' environment
-    overrides): the model, the policy, the front end and engine arguments (JSON, key by key), each None
-    or empty to keep model.json's, and the run log each writes (`triton.run_log`), if any; `env` is more
-    of the server's environment (a placement's)."""
+    overrides): the model, the policy, the front end, engine arguments and the plug-in's `rps` settings
+    (each key by key), each None or empty to keep model.json's, and the run log each writes
+    (`triton.run_log`), if any; `env` is more of the server's environment (a placement's)."""
 
     model: Path | None = None
     policy: str | None = None
     front_end: str | None = None
     engine_args: str = ""
+    scheduler: Mapping[str, Any] = field(default_factory=dict)
     run_log: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -315,6 +325,8 @@ class EngineSettings:
             env[FRONT_END_ENV] = self.front_end
         if self.engine_args:
             env[ENGINE_ARGS_ENV] = self.engine_args
+        if self.scheduler:
+            env[SCHEDULER_ENV] = json.dumps(self.scheduler)
         if self.run_log is not None:
             env[RUN_LOG_ENV] = str(self.run_log.absolute())
         return env

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.parameters import COST_ORDER, Policy, class_ladder, in_time_units
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.variant import SchedulingVariant
+from rps_serve.vllm_plugin.config import RPSConfig
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,36 @@ def policy_variant(name: str) -> PolicyVariant:
     if name not in POLICY_VARIANTS:
         raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_VARIANTS)}")
     return POLICY_VARIANTS[name]
+
+
+def served_settings(name: str) -> tuple[Policy, dict[str, Any]]:
+    """The policy and model.json `rps` settings that serve variant `name` through Triton: its policy,
+    and the plug-in's settings (`RPSConfig`) where its scheduling differs from the policy's own. Only
+    a variant that the plug-in's settings express has them (not `modserve` or `rps-no-evict`)."""
+    variant = policy_variant(name)
+    own = SchedulingVariant(variant.policy)
+    changed = {
+        f.name: getattr(variant.scheduling, f.name)
+        for f in fields(SchedulingVariant)
+        if getattr(variant.scheduling, f.name) != getattr(own, f.name)
+    }
+    naive = variant.naive_classes and not variant.policy.row.by_modality
+    if variant.modserve or naive or not set(changed) <= set(RPSConfig.__dataclass_fields__):
+        raise ValueError(f"the plug-in's settings do not express {name!r}")
+    return variant.policy, changed
+
+
+def served_names() -> list[str]:
+    """Every variant a server can run (`served_settings`): the policies, then the other variants."""
+    names = [policy.value for policy in Policy]
+    for name in POLICY_VARIANTS:
+        if name not in names:
+            try:
+                served_settings(name)
+            except ValueError:
+                continue
+            names.append(name)
+    return names
 
 
 @dataclass(frozen=True)

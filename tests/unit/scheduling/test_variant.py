@@ -1,4 +1,5 @@
-"""A scheduling variant builds each engine's regulator, eviction rule and decode holds from one value."""
+"""A scheduling variant builds each engine's regulator, eviction rule, decode holds and rank times from one
+value, and a server runs it where the plug-in's settings express it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import math
 
 import pytest
 
-from rps_harness.sim.simulator import policy_variant
-from rps_serve.scheduling.parameters import Policy, class_ladder
+from rps_harness.sim.simulator import policy_variant, served_names, served_settings
+from rps_serve.scheduling.parameters import COST_ORDER, Policy, class_ladder
 from rps_serve.scheduling.preemption import PreemptionRule
 from rps_serve.scheduling.variant import SchedulingVariant
 from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
@@ -51,3 +52,12 @@ def test_a_cost_order_ranks_a_request_its_factor_times_its_prefill_after_its_arr
 def test_the_cost_order_setting_reaches_both_engines() -> None:
     served = RPSConfig.from_additional_config({CONFIG_KEY: {"policy": "headroom", "cost_order": 20}}).variant
     assert served == policy_variant("headroom-cost").scheduling
+
+
+def test_a_server_runs_a_variant_its_settings_express_and_refuses_one_they_do_not() -> None:
+    assert served_settings("headroom-cost") == (Policy.HEADROOM, {"cost_order": COST_ORDER})
+    assert served_settings("modality-priority") == (Policy.MODALITY_PRIORITY, {})
+    for name in ("rps-no-evict", "modserve", "rps-naive"):
+        with pytest.raises(ValueError, match="do not express"):
+            served_settings(name)
+    assert "headroom-cost" in served_names() and "rps-no-evict" not in served_names()

@@ -165,3 +165,11 @@ def test_a_launched_server_s_engines_see_the_settings_given_and_vllm_s_places_un
 
 def test_engine_settings_left_empty_keep_model_json_s() -> None:
     assert EngineSettings().environment() == {}
+
+
+def test_a_variant_s_scheduler_settings_go_over_model_json_s_key_by_key() -> None:
+    env = EngineSettings(policy="headroom", scheduler={"cost_order": 20.0}).environment()
+    settings = read_settings(REPOSITORY / SETTINGS_FILE, REPOSITORY, env)
+    shipped = read_settings(REPOSITORY / SETTINGS_FILE, REPOSITORY, {}).rps
+    assert settings.policy.value == "headroom"
+    assert settings.rps == {**shipped, "cost_order": 20.0}
