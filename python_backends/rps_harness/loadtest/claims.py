@@ -21,6 +21,7 @@ from typing import Any
 
 from rps_harness.comparison import HEADLINE_METRICS, Ratio
 from rps_harness.loadtest.demo_analysis import WITHDRAWN
+from rps_harness.sim.simulator import served_settings
 from rps_harness.workload.prompts import TRACE_TEXTS
 
 # The claims page fits one screen: one row per claim, the run-by-run detail on the log page.
@@ -201,9 +202,10 @@ WORD_TEXTS_NOTE = (
 
 def workload(record: Mapping[str, Any], load: Mapping[str, Any]) -> str:
     """The mix, the load, any engine arguments the run's command gave (a smaller KV cache is another
-    workload), a model repository other than the checkout's (another configuration: its model.json)
-    and texts sized in words where they were: "mixed-iii at 0.9x, num_gpu_blocks_override 96 (word
-    texts)"."""
+    workload), a model repository other than the checkout's (another configuration: its model.json),
+    the scheduler settings of a candidate that is a variant of a policy (`served_settings`: another
+    configuration too) and texts sized in words where they were: "mixed-iii at 0.9x,
+    num_gpu_blocks_override 96 (word texts)"."""
     fraction = load["fraction"]
     at = f"{fraction:g}x" if fraction is not None else f"{load['rate']:.2f} req/s"
     command = argparse.ArgumentParser(add_help=False)
@@ -214,6 +216,7 @@ def workload(record: Mapping[str, Any], load: Mapping[str, Any]) -> str:
     parts = [f"{record['mix']} at {at}", *(f"{k} {v}" for k, v in engine_args.items())]
     if given.repository:
         parts.append(f"repository {given.repository}")
+    parts += [f"{k} {v}" for k, v in served_settings(record["candidate"])[1].items()]
     texts = f" ({WORD_TEXTS_LABEL})" if trace_texts(record) == WORD_TRACE_TEXTS else ""
     return ", ".join(parts) + texts
 

@@ -140,24 +140,29 @@ def test_the_claims_page_holds_each_claims_latest_run_in_one_row() -> None:
     )
     # Another model repository is another configuration (its model.json), even when run later.
     other_repository = _record(0.5, "2026-12-05 10:00 UTC", "demo --repository repo-nohold")
+    # So is a candidate that runs a policy with other scheduler settings (a served variant).
+    variant = {**_record(0.5, "2026-12-06 10:00 UTC", "demo --policies rps-cap"), "candidate": "rps-cap"}
     page = claims_page(
         {
             "runs/older.json": older,
             "runs/newer.json": newer,
             "runs/kv.json": smaller_cache,
             "runs/nohold.json": other_repository,
+            "runs/variant.json": variant,
         }
     )
     rows = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
     assert rows == [
         "| cost-vs-modality at 0.9x | rps / fcfs | text P90 TTFT | <= 0.75x | 1.00x [1.00, 1.00] | 3 "
         "| not met | [2026-12-04 10:00](runs/newer.json) | c1 |",
+        "| cost-vs-modality at 0.9x, chunk_cap_tokens 2048 | rps / fcfs | text P90 TTFT | <= 0.75x "
+        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-06 10:00](runs/variant.json) | c2 |",
         "| cost-vs-modality at 0.9x, num_gpu_blocks_override 96 | rps / fcfs | text P90 TTFT | <= 0.75x "
-        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-02 10:00](runs/kv.json) | c2 |",
+        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-02 10:00](runs/kv.json) | c3 |",
         "| cost-vs-modality at 0.9x, repository repo-nohold | rps / fcfs | text P90 TTFT | <= 0.75x "
-        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-05 10:00](runs/nohold.json) | c3 |",
+        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-05 10:00](runs/nohold.json) | c4 |",
     ]
-    assert "- c2: `rps-serve demo --engine-args '{\"num_gpu_blocks_override\": 96}'`" in page
+    assert "- c3: `rps-serve demo --engine-args '{\"num_gpu_blocks_override\": 96}'`" in page
     assert "[the run log](log.md)" in page
 
 
