@@ -56,10 +56,12 @@ class ClassRequestQueue(RequestQueue):
             return ranked
 
     def level(self, request: Request) -> int:
-        return self.ranked(request).level
-
-    def rank_time(self, request: Request) -> float:
-        return self.ranked(request).since
+        """Class level of a request this queue has seen: a step asks it for every request it
+        weighs, so a known request's is read in this frame."""
+        try:
+            return self._ranked[request].level
+        except KeyError:
+            return self.ranked(request).level
 
     def add_request(self, request: Request) -> None:
         level, since = self.ranked(request)
