@@ -111,14 +111,15 @@ lint: setup
 	$(BIN)/mypy
 
 # Everything, failing fast: lint, the unit tier (seconds), the end-to-end tests on a real tritonserver
-# and vLLM engine, then vLLM's own scheduler tests against the RPS scheduler on both supported
-# releases (what CI runs).
+# and vLLM engine, and beside them, on what cores they leave idle, vLLM's own scheduler tests against
+# the RPS scheduler on both supported releases (what CI runs; tools/beside.sh).
 # Each tier's wall time is printed as it ends (tools/tier.sh).
 test: setup $(GENAI_PERF_VENV)/.installed
 	tools/tier.sh lint $(MAKE) --no-print-directory lint
 	tools/tier.sh unit $(BIN)/pytest -m "not e2e" -q
-	tools/tier.sh e2e $(BIN)/pytest -m e2e --durations=20
-	tools/tier.sh vllm-upstream $(MAKE) --no-print-directory vllm-upstream-tests
+	tools/tier.sh e2e-and-vllm-upstream tools/beside.sh \
+		"tools/tier.sh vllm-upstream $(MAKE) --no-print-directory vllm-upstream-tests" \
+		tools/tier.sh e2e $(BIN)/pytest -m e2e --durations=20
 
 # vLLM's own V1 scheduler tests (from each release's source distribution) run offline against
 # RPSScheduler and RPSAsyncScheduler (tests/vllm_upstream/; known failures explained in its

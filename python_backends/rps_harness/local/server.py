@@ -253,10 +253,14 @@ def local_server(
     ports: Ports = Ports(),
     log_verbose: int = 0,
     models: Sequence[str] = (),
+    stop_grace_s: float = 60.0,
 ) -> Iterator[Endpoints]:
     """Run tritonserver on `repository` (only `models` loaded, where given) until the block exits;
     yields its endpoints once every model is loaded. A model not loaded within `load_timeout_s` fails
-    the start with its name (from the log) and the log's error lines and tail. Shared-memory regions
+    the start with its name (from the log) and the log's error lines and tail. At the end the server
+    gets `stop_grace_s` to unload its models (about 9 s with a vLLM engine on 2 cores), then it and
+    every process it started are killed; 0 kills them at once (a test's server, whose checks are
+    over). Shared-memory regions
     the server leaves in /dev/shm are removed when it ends, and those of earlier servers whose launcher
     is gone when it starts (the regions their vLLM processes mapped cannot be told from other programs'
     then, and stay)."""
@@ -295,7 +299,7 @@ def local_server(
             yield dataclasses.replace(endpoints, pid=process.pid)
         finally:
             mapped = {p for p in shm_mapped_by(process.pid) if not p.name.startswith(shm_prefix)}
-            _stop(process)
+            _stop(process, stop_grace_s)
             remove_shm(shm_prefix, mapped)
 
 
@@ -349,9 +353,10 @@ def launch_server(
     return local_server(repository, workdir, env, log_file, load_timeout_s, ports, models=models)
 
 
-def _stop(process: subprocess.Popen[bytes], grace_s: float = 60.0) -> None:
-    """SIGTERM lets Triton unload models (and vLLM shut its engine down); kill what is left after that."""
-    if process.poll() is None:
+def _stop(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM lets Triton unload models (and vLLM shut its engine down) for `grace_s` (none if 0);
+    kill what is left after that."""
+    if process.poll() is None and grace_s > 0:
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(grace_s)

@@ -83,7 +83,8 @@ def start_server(
             policy_repository(work / "policies", policies, repository),
             policy_models(policies),
         )
-    with local_server(repository, work, env=server_env, models=models) as endpoints:
+    # Ended outright: what the tests check happens while it serves (the stop's unloading takes ~9 s).
+    with local_server(repository, work, env=server_env, models=models, stop_grace_s=0) as endpoints:
         yield Server(endpoints, repository, model)
 
 

@@ -2,16 +2,12 @@
 `vllm_model` checks the features the ensemble carries (`rps_features`) against the request's media
 instead of tokenizing it again; a request sent to `vllm_model` directly is counted there.
 
-The server runs the repository's own `preprocess` and `vllm_model`, each behind a counter
-(`COUNTING_MODEL`) that leaves a file for every prompt it tokenizes."""
+The package's server runs the repository's own `preprocess` and `vllm_model`, each leaving a file for
+every prompt it tokenizes (`Counts`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
-import pytest
 
 from rps_serve.cost import features as cols
 from rps_serve.requests import Modality, RequestFeatures
@@ -19,62 +15,8 @@ from rps_serve.triton import protocol as p
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
 from rps_serve.triton.settings import SETTINGS_FILE, read_settings
-from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, run, start_server
-
-PREPROCESS = "preprocess"
-
-COUNTING_MODEL = '''
-import locale
-import uuid
-from pathlib import Path
-
-locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
-
-from {module} import TritonPythonModel as Served
-
-COUNTS = Path({counts!r})
-
-
-class TritonPythonModel(Served):
-    """The real {name}; every prompt it tokenizes leaves a `{name}-*` file in COUNTS."""
-
-    def initialize(self, args):
-        super().initialize(args)
-        counter = self.preprocessor.counter
-        count = counter.count
-
-        def counted(*args, **kwargs):
-            (COUNTS / f"{name}-{{uuid.uuid4().hex}}").touch()
-            return count(*args, **kwargs)
-
-        counter.count = counted
-'''
-
-
-class Counts:
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def of(self, model: str) -> int:
-        return len(list(self.directory.glob(f"{model}-*")))
-
-
-@pytest.fixture(scope="module")
-def counts(tmp_path_factory: pytest.TempPathFactory) -> Counts:
-    return Counts(tmp_path_factory.mktemp("counts"))
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, counts: Counts) -> Iterator[Server]:
-    models = {
-        name: COUNTING_MODEL.format(module=module, counts=str(counts.directory), name=name)
-        for name, module in (
-            (PREPROCESS, "rps_serve.triton.preprocess_model"),
-            (VLLM_MODEL, "rps_serve.triton.vllm_model"),
-        )
-    }
-    with start_server(tmp_path_factory, model_files=models) as running:
-        yield running
+from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, run
+from tests.e2e.triton.instrumented.conftest import PREPROCESS, Counts
 
 
 def test_a_request_through_the_ensemble_is_tokenized_once_and_one_sent_directly_once(

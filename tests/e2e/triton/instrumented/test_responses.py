@@ -2,10 +2,8 @@
 request asked for, errors that name the request they answer (so that a client with many requests on
 one stream can tell whose error it is), and a class no direct caller can make lighter.
 
-Triton 2.51's Python backend frees the numpy arrays of unrequested outputs without the GIL (fixed in
-2.53), which corrupted the `vllm_model` stub's heap under load. The test server runs the repository's
-own `vllm_model` and `preprocess` behind a check (`CHECKED_MODEL`) that turns a response carrying an
-unrequested output into an error, so these tests fail at once on a model that builds one.
+The package's server turns a response carrying an unrequested output into an error (its
+`conftest.py` says why), so these tests fail at once on a model that builds one.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -27,75 +24,9 @@ from rps_harness.workload.prompts import filler_text
 from rps_serve.cost import features as cols
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.triton import protocol as p
-from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server, start_server
+from tests.e2e.triton.conftest import ENSEMBLE, VLLM_MODEL, Requests, Server
+from tests.e2e.triton.instrumented.conftest import PREPROCESS
 from tests.prompts import chat_prompt
-
-PREPROCESS = "preprocess"
-
-CHECKED_MODEL = '''
-import json
-import locale
-
-locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
-
-import triton_python_backend_utils as pb_utils
-
-from rps_serve.triton.{module} import TritonPythonModel as Served
-
-
-def checked(request, response):
-    """`response`, or an error naming the outputs it carries that `request` did not ask for."""
-    if response is None or response.has_error():
-        return response
-    extra = {{t.name() for t in response.output_tensors()}} - set(request.requested_output_names())
-    if not extra:
-        return response
-    message = f"request {{json.dumps(request.request_id())}}: unrequested outputs {{sorted(extra)}}"
-    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
-
-
-class CheckedSender:
-    def __init__(self, request, sender):
-        self.request, self.sender = request, sender
-
-    def send(self, response=None, flags=0):
-        response = checked(self.request, response)
-        if response is None:
-            return self.sender.send(flags=flags)
-        return self.sender.send(response, flags=flags)
-
-    def is_cancelled(self):
-        return self.sender.is_cancelled()
-
-
-def check_senders(request_type):
-    """Route every response a decoupled model sends through `checked` (the request type exists only
-    once the stub serves requests)."""
-    if not hasattr(request_type, "unchecked_response_sender"):
-        request_type.unchecked_response_sender = request_type.get_response_sender
-        request_type.get_response_sender = lambda request: CheckedSender(
-            request, request.unchecked_response_sender()
-        )
-
-
-class TritonPythonModel(Served):
-    def execute(self, requests):
-        check_senders(type(requests[0]))
-        responses = super().execute(requests)
-        if responses is None:  # decoupled: the responses go through the senders
-            return None
-        return [checked(q, r) for q, r in zip(requests, responses)]
-'''
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    models = {
-        VLLM_MODEL: CHECKED_MODEL.format(module="vllm_model"),
-        PREPROCESS: CHECKED_MODEL.format(module="preprocess_model"),
-    }
-    with start_server(tmp_path_factory, model_files=models) as running:
-        yield running
 
 
 def _finish(client: StreamClient, timeout_s: float = 300) -> None:
