@@ -250,8 +250,20 @@ def _runs_on_one_server(
         (window,) = steady([bench.records], config.warm_up)
         origin = bench.clock_origin_s
         start, end = origin + window.arrival_s.min(), origin + window.arrival_s.max()
-        runs.append(PolicyRun(bench, summarize(run_log, start, end, window, origin), processes, fit))
+        run = PolicyRun(bench, summarize(run_log, start, end, window, origin), processes, fit)
+        keep_run(config, run, policy, rate, config.seed + repeat)
+        runs.append(run)
     return runs
+
+
+def keep_run(config: DemoConfig, run: PolicyRun, policy: str, rate: float, seed: int) -> Path:
+    """Write a run's summary and every request's record as soon as it ends
+    (`runs/POLICY-RATE-seedN.json`, as demo.json holds them), so that a server dying later in the demo
+    takes no finished run with it."""
+    path = config.out / "runs" / f"{policy}-{rate:.2f}-seed{seed}.json"
+    kept = {"policy": policy, "rate": rate, "seed": seed, **run.summary(config.warm_up)}
+    path.write_text(json.dumps(kept) + "\n")
+    return path
 
 
 def engine_policies(config: DemoConfig) -> list[str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rps_harness.client import Tally
-from rps_harness.comparison import Ratio, ratio_rows, steady
+from rps_harness.comparison import HEADLINE_METRICS, Ratio, ratio_rows, steady
 from rps_harness.loadtest.capacity import Capacity, OpenLoopCapacity
 from rps_harness.loadtest.demo_analysis import candidate_of
 from rps_harness.loadtest.load import BenchRun
@@ -28,6 +28,23 @@ class PolicyRun:
     analysis: dict[str, Any]
     processes: list[dict[str, Any]]
     fit: ServedFit | None  # the online cost model at the run's end; None where it is off
+
+    def summary(self, warm_up: float) -> dict[str, Any]:
+        """The run's steady-state headline metrics (from `warm_up` of its arrivals), its engine summary
+        and processes, to see how far runs of one policy scatter and why, and every request's record
+        (`RequestRecords.from_json` reads them back, to compute any ratio again)."""
+        (records,) = steady([self.bench.records], warm_up)
+        return {
+            **{m.name: m.of(records) for m in HEADLINE_METRICS},
+            "records": self.bench.records.to_json(),
+            "engine": self.analysis["engine"],
+            "loop_lag_s": self.analysis["loop_lag_s"],
+            "token_parts": self.analysis["token_parts"],
+            "run_log": self.analysis["run_log"],
+            "steady_window_monotonic_s": self.analysis["window"],
+            "processes": self.processes,
+            "served_fit": None if self.fit is None else self.fit.as_json(),
+        }
 
 
 def run_speed(run: PolicyRun) -> float:

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from rps_harness.comparison import HEADLINE_METRICS, STOCK_WAIT_MARGIN, steady, wait_checks
+from rps_harness.comparison import STOCK_WAIT_MARGIN, wait_checks
 from rps_harness.loadtest.demo import DemoConfig, config_json, run_plan
 from rps_harness.loadtest.demo_analysis import SPEED_TOLERANCE, TARGETS, candidate_of, starvation_check
-from rps_harness.loadtest.demo_records import DemoRuns, LoadRuns, PolicyRun, run_speed, speed_change
+from rps_harness.loadtest.demo_records import DemoRuns, LoadRuns, run_speed, speed_change
 from rps_harness.loadtest.tables import formatted, seconds
 from rps_harness.metrics import grouped_metrics
 from rps_harness.sim.simulator import served_settings
@@ -168,7 +168,7 @@ def results_json(demo: DemoRuns, config: DemoConfig) -> dict[str, Any]:
             policy: {
                 **grouped_metrics(records),
                 "completed": int(records.completed.sum()),
-                "runs": [_run_summary(run, load.warm_up) for run in load.runs[policy]],
+                "runs": [run.summary(load.warm_up) for run in load.runs[policy]],
                 "requests": asdict(tallies[policy]),
                 "analysis": analysis[policy],
             }
@@ -219,21 +219,3 @@ def save_results(demo: DemoRuns, config: DemoConfig) -> list[Path]:
         plot_ttft_cdf(load.pooled_records(), plot_path, title)
         written.append(plot_path)
     return written
-
-
-def _run_summary(run: PolicyRun, warm_up: float) -> dict[str, Any]:
-    """One run's steady-state headline metrics, its engine summary and processes, to see how far runs
-    of one policy scatter and why, and every request's record (`RequestRecords.from_json` reads them
-    back, to compute any ratio again)."""
-    (records,) = steady([run.bench.records], warm_up)
-    return {
-        **{m.name: m.of(records) for m in HEADLINE_METRICS},
-        "records": run.bench.records.to_json(),
-        "engine": run.analysis["engine"],
-        "loop_lag_s": run.analysis["loop_lag_s"],
-        "token_parts": run.analysis["token_parts"],
-        "run_log": run.analysis["run_log"],
-        "steady_window_monotonic_s": run.analysis["window"],
-        "processes": run.processes,
-        "served_fit": None if run.fit is None else run.fit.as_json(),
-    }

@@ -13,7 +13,14 @@ import pytest
 
 from rps_harness.client import Tally
 from rps_harness.comparison import ratio_rows
-from rps_harness.loadtest.demo import DemoConfig, arrivals_ahead, engine_settings, run_order, run_plan
+from rps_harness.loadtest.demo import (
+    DemoConfig,
+    arrivals_ahead,
+    engine_settings,
+    keep_run,
+    run_order,
+    run_plan,
+)
 from rps_harness.loadtest.demo_analysis import CANDIDATE, candidate_of
 from rps_harness.loadtest.demo_records import LoadRuns, PolicyRun
 from rps_harness.loadtest.demo_report import fit_lines, machine_speed_lines, target_lines, wait_lines
@@ -307,3 +314,27 @@ def test_the_candidate_is_the_policy_that_is_not_stock() -> None:
     assert candidate_of(["modality-priority", "headroom", "vllm-priority"]) == "headroom"
     assert candidate_of(["fcfs", "rps"]) == "rps"
     assert candidate_of(["fcfs", "vllm-priority"]) == CANDIDATE
+
+
+def test_a_run_is_kept_on_disk_as_it_ends_with_every_request(tmp_path: Path) -> None:
+    config = DemoConfig(Path("repo"), Path("model"), tmp_path, warm_up=0.3)
+    (tmp_path / "runs").mkdir()
+    records = _records(np.linspace(0.1, 2.0, 20), np.linspace(1.0, 5.0, 4))
+    analysis = {
+        "engine": {"steps": 7},
+        "loop_lag_s": {},
+        "token_parts": {},
+        "run_log": "run.jsonl",
+        "window": [0, 1],
+    }
+    run = PolicyRun(BenchRun(records, Tally(24, 24, 0, 0, 0), None, {}, {}), analysis, [], None)
+    kept = json.loads(keep_run(config, run, "rps", 2.5, 3).read_text())
+    assert (kept["policy"], kept["rate"], kept["seed"]) == ("rps", 2.5, 3)
+    back = RequestRecords.from_json(kept["records"])
+    assert np.array_equal(back.first_token_s, records.first_token_s) and np.array_equal(
+        back.level, records.level
+    )
+    # As demo.json holds the run (NaN for a metric with too few values, as there).
+    expected = {"policy": "rps", "rate": 2.5, "seed": 3, **run.summary(0.3)}
+    assert json.dumps(kept, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert kept["engine"] == {"steps": 7}
