@@ -111,8 +111,8 @@ lint: setup
 	$(BIN)/mypy
 
 # Everything, failing fast: lint, the unit tier (seconds), the end-to-end tests on a real tritonserver
-# and vLLM engine, and beside them, on what cores they leave idle, vLLM's own scheduler tests against
-# the RPS scheduler on both supported releases (what CI runs; tools/beside.sh).
+# and vLLM engine, and beside them, on what cores they leave idle (SCHED_IDLE), vLLM's own scheduler
+# tests against the RPS scheduler on both supported releases (what CI runs; tools/beside.sh).
 # Each tier's wall time is printed as it ends (tools/tier.sh).
 test: setup $(GENAI_PERF_VENV)/.installed
 	tools/tier.sh lint $(MAKE) --no-print-directory lint
