@@ -110,13 +110,14 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Everything, failing fast: lint, the unit tier (seconds), the end-to-end tests on a real tritonserver
-# and vLLM engine, and beside them, on what cores they leave idle (SCHED_IDLE), vLLM's own scheduler
-# tests against the RPS scheduler on both supported releases (what CI runs; tools/beside.sh).
+# Everything, failing fast: lint, the unit tier (seconds, both cores), the end-to-end tests on a real
+# tritonserver and vLLM engine, and beside them, on what cores they leave idle (SCHED_IDLE), vLLM's
+# own scheduler tests against the RPS scheduler on both supported releases (what CI runs;
+# tools/beside.sh).
 # Each tier's wall time is printed as it ends (tools/tier.sh).
 test: setup $(GENAI_PERF_VENV)/.installed
 	tools/tier.sh lint $(MAKE) --no-print-directory lint
-	tools/tier.sh unit $(BIN)/pytest -m "not e2e" -q
+	tools/tier.sh unit $(BIN)/pytest -m "not e2e" -q -n 2
 	tools/tier.sh e2e-and-vllm-upstream tools/beside.sh \
 		"tools/tier.sh vllm-upstream $(MAKE) --no-print-directory vllm-upstream-tests" \
 		tools/tier.sh e2e $(BIN)/pytest -m e2e --durations=20
