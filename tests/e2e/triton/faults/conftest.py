@@ -52,7 +52,13 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
     return running
 
 
-def long_texts(n: int, seed: int, max_tokens: int = 1500) -> list[Generation]:
+# Near model.json's output limit (4,096): on a fast machine the tiny model decodes ~250 tokens a second
+# a stream, and the six streams can take seconds to all start under load, so 1,500 tokens once let a
+# stream finish before the fault (CI, 6 December).
+LONG_TEXT_TOKENS = 4000
+
+
+def long_texts(n: int, seed: int, max_tokens: int = LONG_TEXT_TOKENS) -> list[Generation]:
     """`n` long texts, each asking for many more tokens than the fault leaves them time for."""
     rng = random.Random(seed)
     return [
@@ -67,7 +73,8 @@ def long_texts(n: int, seed: int, max_tokens: int = 1500) -> list[Generation]:
 
 def start_streams(server: Server, generations: list[Generation], timeout_s: float = 180) -> StreamClient:
     """Stream `generations` through `rps_ensemble` on one gRPC stream; returns once each has produced
-    text, so every one is in the engine when the test strikes."""
+    text, so every one is in the engine when the test strikes, and none has used half its tokens (else
+    a stream could end by itself around the fault, and the test would not test it)."""
     client = StreamClient(server.endpoints.grpc_url)
     for index, generation in enumerate(generations):
         client.submit(ENSEMBLE, f"long-{index}", generation.tensors())
@@ -81,6 +88,12 @@ def start_streams(server: Server, generations: list[Generation], timeout_s: floa
         assert not ended, f"streams ended before the fault (error, chunks): {ended}"
         assert time.monotonic() < deadline, "streams produced no text"
         time.sleep(0.05)
+    budget = {
+        r: int(g.sampling_parameters["max_tokens"]) // 2
+        for r, g in zip(client.results, generations, strict=True)
+    }
+    used = {r: len(result.chunks) for r, result in client.results.items()}
+    assert all(used[r] < budget[r] for r in used), f"streams too far along for the fault: {used}"
     return client
 
 

@@ -35,6 +35,7 @@ from tests.e2e.triton.faults.conftest import (
     long_texts,
     probe,
     start_streams,
+    state_within,
     status,
     titled,
 )
@@ -83,6 +84,8 @@ def _serves_again(server: Server, requests: Requests, deadline: float) -> None:
 @pytest.mark.parametrize("victim", [ENGINE_CORE, WORKER])
 def test_engine_process_killed_under_load(server: Server, victim: str) -> None:
     assert server.endpoints.pid is not None
+    # Serving, whatever an earlier test left restarting (its failure is its own, not this one's).
+    assert state_within(server, EngineState.SERVING, ENGINE_START_S), engine_state(server)
     requests = Requests(seed=len(victim))
     restarts = _restarts(server)
     assert probe(server, "ready") == 0 and probe(server, "live") == 0
