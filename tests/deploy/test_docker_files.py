@@ -85,10 +85,25 @@ def _tensor_parallel(config: str) -> int:
     return int(settings.engine_args["tensor_parallel_size"])
 
 
-def test_the_base_is_nvidias_triton_vllm_container() -> None:
+def test_the_base_is_nvidias_general_triton_container() -> None:
+    """The `-py3` container: the one of NVIDIA's that holds the ONNX Runtime backend beside Python's."""
     base = STAGES[stage_chain("")[-1]][0][1].split()[0]
-    assert base == "nvcr.io/nvidia/tritonserver:${TRITON_TAG}-vllm-python-py3"
+    assert base == "nvcr.io/nvidia/tritonserver:${TRITON_TAG}-py3"
     assert re.fullmatch(r"\d{2}\.\d{2}", ARGS["TRITON_TAG"])
+
+
+def test_the_build_checks_every_backend_of_the_repository_it_serves() -> None:
+    """`rps_serve.backend_check` runs in the served stage, after the repository and its model.json are
+    in place, on the directory CMD serves and the container's backend directory."""
+    serving = STAGES[stage_chain("")[-1]]
+    runs = [arg for kind, arg in serving if kind == "RUN"]
+    check = next(i for i, arg in enumerate(runs) if "rps_serve.backend_check" in arg)
+    argv = shlex.split(runs[check])
+    assert argv[:3] == ["python3", "-m", "rps_serve.backend_check"]
+    workdir = next(arg for kind, arg in serving if kind == "WORKDIR")
+    assert str(Path(workdir) / argv[3]) == _flag("model-repository")
+    assert argv[argv.index("--backend-directory") + 1] == "/opt/tritonserver/backends"
+    assert check > next(i for i, arg in enumerate(runs) if "model_repository/vllm_model/model.json" in arg)
 
 
 def test_the_pinned_vllm_is_one_the_plugin_supports() -> None:

@@ -1,6 +1,7 @@
 """docs/layout.md's tables name every module of the two packages, in the package's own tables: the first
-table (`rps_serve`) is exactly what the Triton models, the vLLM plug-in and the deployment's probes
-reach, read from the import graph, and no module of `rps_serve` imports the harness `rps_harness`."""
+table (`rps_serve`) is exactly what the Triton models, the vLLM plug-in, the deployment's probes and the
+image build's backend check reach, read from the import graph, and no module of `rps_serve` imports the
+harness `rps_harness`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tests.checkout import CHECKOUT
 from tests.deploy.import_graph import file_imports, module_file, needs, package_modules
 from tests.deploy.test_extras import TRITON_MODELS
 
-PRODUCTION = (*TRITON_MODELS, "rps_serve.vllm_plugin.scheduler", "rps_serve.probe")
+PRODUCTION = (*TRITON_MODELS, "rps_serve.vllm_plugin.scheduler", "rps_serve.probe", "rps_serve.backend_check")
 
 
 def _top(module: str) -> str:
