@@ -188,6 +188,8 @@ def measured_profile(
         ),
         rps_max_preemptions=int(settings.rps.get("max_preemptions", RPSConfig().max_preemptions)),
         rps_cost_order=float(settings.rps.get("cost_order", RPSConfig().cost_order)),
+        rps_light_steps=bool(settings.rps.get("light_steps", RPSConfig().light_steps)),
+        rps_light_step_tokens=int(settings.rps.get("light_step_tokens", RPSConfig().light_step_tokens)),
         aging_time_scale=aging_time_scale(REPOSITORY),
     )
     front = front_end_seconds(draft.deployment(), repeated, _isolated(reports, isolated, "ttft_s"))

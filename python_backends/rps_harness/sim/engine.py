@@ -13,7 +13,11 @@ Each step, as vLLM V1 does it:
    in both phases a prefill chunk is also limited by vLLM's `long_prefill_token_threshold`, which the
    class-aware chunk cap sets for the step (`prefill_chunk_cap`, as the vLLM plug-in does) while the
    best waiting request is of a lighter class than a running prefill; with a decode hold
-   (`scheduling.holding`, as the plug-in configures it) held requests sit both phases out;
+   (`scheduling.holding`, as the plug-in configures it) held requests sit both phases out; in a light
+   step (`scheduling.light_steps`: sand waits at the head or prefills) every chunk is limited to the
+   light-step budget (or the sand's own tokens, where more), the running heavier prefills but the
+   first sit both phases out, and a heavier waiting request starts only without media to encode and
+   while no heavier request prefills in the step;
 3. the step takes the timing model's time; a request whose known tokens are all computed samples one
    token; finished requests free their blocks.
 Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
@@ -38,6 +42,7 @@ from rps_harness.sim.timing import TimingModel
 from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
+from rps_serve.scheduling.light_steps import SAND, is_light, light_step, may_start
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 
@@ -133,8 +138,10 @@ class Engine:
         observer: Callable[[StepRecord], None] | None = None,
         holds: DecodeHolds[int] | None = None,
         hold_exempt: np.ndarray | None = None,
+        light_step_tokens: int = 0,
     ) -> None:
-        """`holds`: the decode hold, None without one; `hold_exempt[i]`: request i is never held."""
+        """`holds`: the decode hold, None without one; `hold_exempt[i]`: request i is never held;
+        `light_step_tokens`: the heavier classes' prefill tokens in a light step, 0 without light steps."""
         self.work, self.config, self.timing = work, config, timing
         self.holds = holds
         self.queues, self.rule, self.chunk_cap_tokens, self.observer = (
@@ -169,6 +176,10 @@ class Engine:
         self._kv_reserve = queues.regulator.policy.row.kv_reserve
         self._num_levels = queues.regulator.num_levels
         self._chunk_limit = 0  # vLLM's long_prefill_token_threshold for the current step; 0: none
+        self.light_step_tokens = light_step_tokens
+        self._light = False  # the current step is a light one
+        self._aside: set[int] = set()  # running requests that sit the current step out
+        self.light_steps = 0
         # Plain lists: scalar reads in the Python parts of a step are much cheaper than numpy indexing.
         self._prompt = work.prompt_tokens.tolist()
         self._level = work.level.tolist()
@@ -215,6 +226,8 @@ class Engine:
         pending = self.work.prompt_tokens[ids] + self.generated[ids] - self.computed[ids]
         if self._chunk_limit:
             pending = np.minimum(pending, self._chunk_limit)
+        if self._aside:
+            pending[np.isin(ids, list(self._aside))] = 0
         # In order, each request takes what is left of the budget; once it binds, later ones get nothing.
         budget = self.config.max_num_batched_tokens
         alloc = np.clip(budget - (np.cumsum(pending) - pending), 0, pending)
@@ -241,7 +254,7 @@ class Engine:
         preempted: set[int] = set()
         granted: dict[int, int] = {}
         for request in order:
-            if request in preempted:
+            if request in preempted or request in self._aside:
                 continue
             pending = self._prompt[request] + int(self.generated[request]) - int(self.computed[request])
             tokens = self._chunk(pending, budget)
@@ -250,7 +263,8 @@ class Engine:
             need = int(_blocks(int(self.computed[request]) + tokens, self.config.block_size))
             need -= int(self.blocks[request])
             while need > self.free_blocks:
-                victim = self._running_victim(alive)
+                # A request sitting the step out is not in vLLM's running list for it: never a victim.
+                victim = self._running_victim([r for r in alive if r not in self._aside])
                 alive.remove(victim)
                 preempted.add(victim)
                 budget += granted.pop(victim, 0)
@@ -299,9 +313,17 @@ class Engine:
         evicted: set[int] = set()
         encoder_budget = self.encoder_budget
         seqs = len(self.running)
+        heavier_prefilling = self._light and any(
+            self._level[r] != SAND and self.computed[r] < self._prompt[r]
+            for r, gone in zip(self.running.tolist(), removed.tolist(), strict=True)
+            if not gone and r not in self._aside
+        )
         while budget > 0 and self.queues:
             request = self.queues.peek()
             if not self._admits(request):
+                break
+            level = self._level[request]
+            if self._light and not may_start(level, self._visual[request] > 0, heavier_prefilling):
                 break
             if request in evicted:
                 break  # evicted in this step: not rescheduled in the same step, as in vLLM
@@ -326,6 +348,7 @@ class Engine:
                 seqs -= 1
                 continue
             self.queues.remove(request)
+            heavier_prefilling |= self._light and level != SAND
             admitted.append(request)
             tokens.append(chunk)
             budget -= chunk
@@ -357,6 +380,30 @@ class Engine:
         best = self._level[self.queues.peek()]
         return prefill_chunk_cap([best], prefilling.tolist(), self.chunk_cap_tokens)
 
+    def _light_step(self) -> tuple[int, set[int]] | None:
+        """In a light step, its prefill chunk limit and the running heavier prefills that sit it out
+        (`light_steps.light_step`), decided as the vLLM plug-in decides them; None otherwise
+        (and when every sequence slot is taken, as the plug-in skips its rules then)."""
+        if not self.light_step_tokens or len(self.running) >= self.config.max_num_seqs:
+            return None
+        ids = self.running
+        prefilling = ids[self.computed[ids] < self.work.prompt_tokens[ids]].tolist()
+        levels = [self._level[r] for r in prefilling]
+        head = self.queues.peek() if self.queues else None
+        head_level = None if head is None else self._level[head]
+        if not is_light(head_level, levels):
+            return None
+        sand = [
+            self._known_tokens(r) - int(self.computed[r])
+            for r, level in zip(prefilling, levels, strict=True)
+            if level == SAND
+        ]
+        if head is not None and head_level == SAND:
+            sand.append(self._known_tokens(head))
+        heavier = [r for r, level in zip(prefilling, levels, strict=True) if level != SAND]
+        limit, aside = light_step(self.light_step_tokens, sand, heavier)
+        return limit, set(aside)
+
     @contextmanager
     def _holding(self) -> Iterator[None]:
         """For one step, the requests in a decode hold sit out, as in the plug-in (which skips the
@@ -383,6 +430,13 @@ class Engine:
         tokens: list[int] = []
         with self._holding():
             self._chunk_limit = self._step_chunk_limit()
+            light = self._light_step()
+            self._light = light is not None
+            self._aside = set()
+            if light is not None:
+                limit, self._aside = light
+                self._chunk_limit = min(self._chunk_limit, limit) if self._chunk_limit else limit
+                self.light_steps += 1
             alloc, preempted = self._schedule_running()
             self._preempted_last = preempted
             if not preempted:

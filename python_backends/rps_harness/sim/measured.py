@@ -71,6 +71,8 @@ class MeasuredDeployment(Deployment):
     rps_decode_hold_media_only: bool = False
     rps_max_preemptions: int = MAX_PREEMPTIONS
     rps_cost_order: float = 0.0
+    rps_light_steps: bool = False
+    rps_light_step_tokens: int = 0
     loaded_steps: LoadedSteps | None = None
 
     def timing(self, gpus: int) -> TimingModel:
@@ -107,6 +109,8 @@ class MeasuredProfile:
     rps_decode_hold_media_only: bool = False
     rps_max_preemptions: int = MAX_PREEMPTIONS
     rps_cost_order: float = 0.0
+    rps_light_steps: bool = False
+    rps_light_step_tokens: int = 0
     aging_time_scale: float = 1.0
     loaded_steps: LoadedSteps | None = None
 
@@ -140,6 +144,8 @@ class MeasuredProfile:
             rps_decode_hold_media_only=self.rps_decode_hold_media_only,
             rps_max_preemptions=self.rps_max_preemptions,
             rps_cost_order=self.rps_cost_order,
+            rps_light_steps=self.rps_light_steps,
+            rps_light_step_tokens=self.rps_light_step_tokens,
             aging_time_scale=self.aging_time_scale,
             loaded_steps=self.loaded_steps,
         )
@@ -217,8 +223,8 @@ def decode_costs(context_tokens: np.ndarray, tpot_s: np.ndarray, token_s: float)
 
 def as_served(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
     """A policy of the plug-in on a measured stack runs with the served plug-in's chunk cap, decode
-    hold and eviction limit, as the plug-in applies them (under every policy of its own that orders
-    by class; stock vLLM has none of them)."""
+    hold, eviction limit, cost order and light steps, as the plug-in applies them (under every
+    policy of its own that orders by class; stock vLLM has none of them)."""
     row = variant.policy.row
     if not isinstance(deployment, MeasuredDeployment) or not row.by_class or row.stock:
         return variant
@@ -230,5 +236,7 @@ def as_served(variant: PolicyVariant, deployment: Deployment) -> PolicyVariant:
         decode_hold_media_only=scheduling.decode_hold_media_only or deployment.rps_decode_hold_media_only,
         max_preemptions=deployment.rps_max_preemptions,
         cost_order=scheduling.cost_order or deployment.rps_cost_order,
+        light_steps=scheduling.light_steps or deployment.rps_light_steps,
+        light_step_tokens=scheduling.light_step_tokens or deployment.rps_light_step_tokens,
     )
     return replace(variant, scheduling=served)

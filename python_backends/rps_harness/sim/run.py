@@ -19,7 +19,7 @@ from rps_harness.sim.hardware import Execution, model_spec
 from rps_harness.sim.measured import as_served, read_measured_profile
 from rps_harness.sim.online import trace_features
 from rps_harness.sim.routing import Routing
-from rps_harness.sim.simulator import Deployment, SimOutcome, policy_variant, simulate
+from rps_harness.sim.simulator import Deployment, SimOutcome, policy_variant, simulate, with_sand_edge
 from rps_harness.sim.timing import fit_lines
 from rps_harness.workload.shapes import ISOLATION, SERVING
 from rps_harness.workload.source import Workload
@@ -31,6 +31,7 @@ from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.profiles.reference import reference_model
 from rps_serve.requests import Modality
+from rps_serve.scheduling.light_steps import sand_edge_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class SimulationSetup:
     naive_levels: np.ndarray
     num_levels: int
     prefill_s: np.ndarray | None = None
+    sand_edge_tokens: int = 0  # the longest text the cost model calls sand (light steps' budget)
 
 
 def default_shapes(reference: str, profile: Path | None = None, measured: Path | None = None) -> str:
@@ -151,7 +153,13 @@ def prepare(config: SimulationConfig) -> SimulationSetup:
     naive = class_levels(trace, ModalityClasses())
     cost, levels = model.estimate(trace_features(trace))
     return SimulationSetup(
-        deployment, trace, levels, naive, config.classes, cost[:, cols.PREFILL_S].astype(float)
+        deployment,
+        trace,
+        levels,
+        naive,
+        config.classes,
+        cost[:, cols.PREFILL_S].astype(float),
+        sand_edge_tokens(model),
     )
 
 
@@ -168,7 +176,7 @@ def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
 def run_policy(
     setup: SimulationSetup, name: str, observer: Callable[[StepRecord], None] | None = None
 ) -> SimOutcome:
-    variant = as_served(policy_variant(name), setup.deployment)
+    variant = with_sand_edge(as_served(policy_variant(name), setup.deployment), setup.sand_edge_tokens)
     if variant.naive_classes:
         levels, num_levels = setup.naive_levels, ModalityClasses.num_classes
     else:
@@ -180,7 +188,7 @@ def run_policy(
 
 def run_cluster(setup: SimulationSetup, name: str, replicas: int, routing: Routing) -> ClusterOutcome:
     """`run_policy` on `replicas` copies of the deployment behind a `routing` router."""
-    variant = policy_variant(name)
+    variant = with_sand_edge(policy_variant(name), setup.sand_edge_tokens)
     return simulate_cluster(
         setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, replicas, routing
     )

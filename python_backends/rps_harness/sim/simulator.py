@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,7 @@ POLICY_VARIANTS: dict[str, PolicyVariant] = {
         PolicyVariant("rps-cap", SchedulingVariant(Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS)),
         PolicyVariant("rps-no-evict", SchedulingVariant(Policy.RPS, evicts=False)),
         PolicyVariant("headroom-cost", SchedulingVariant(Policy.HEADROOM, cost_order=COST_ORDER)),
+        PolicyVariant("headroom-light", SchedulingVariant(Policy.HEADROOM, light_steps=True)),
         PolicyVariant("modserve", SchedulingVariant(Policy.FCFS), modserve=True),
         PolicyVariant("modserve-rps", SchedulingVariant(Policy.RPS), modserve=True),
     )
@@ -68,6 +69,15 @@ def policy_variant(name: str) -> PolicyVariant:
     if name not in POLICY_VARIANTS:
         raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_VARIANTS)}")
     return POLICY_VARIANTS[name]
+
+
+def with_sand_edge(variant: PolicyVariant, edge_tokens: int) -> PolicyVariant:
+    """`variant` with light steps sized by `edge_tokens`, the longest text its cost model calls sand
+    (`light_steps.sand_edge_tokens`), unless its own settings size them."""
+    scheduling = variant.scheduling
+    if not scheduling.light_steps or scheduling.light_step_tokens:
+        return variant
+    return replace(variant, scheduling=replace(scheduling, light_step_tokens=edge_tokens))
 
 
 def served_settings(name: str) -> tuple[Policy, dict[str, Any]]:
@@ -219,8 +229,9 @@ def engine_for(
     observer: Callable[[StepRecord], None] | None = None,
     prefill_s: np.ndarray | None = None,
 ) -> Engine:
-    """The LLM engine of the requests of `trace` on `gpus` of the deployment's GPUs under `variant`,
-    with `encoder_s` of vision encoding charged to its steps; its Queue Manager reads the engine's clock.
+    """The LLM engine of the requests of `trace` on `gpus` of the deployment's GPUs under `variant`
+    (with light steps, its sand edge resolved: `with_sand_edge`), with `encoder_s` of vision encoding
+    charged to its steps; its Queue Manager reads the engine's clock.
     `prefill_s`: each request's estimated prefill seconds, which a cost order needs (`rank_times`)."""
     clock = _EngineClock()
     scale = deployment.aging_time_scale
@@ -233,6 +244,7 @@ def engine_for(
         # The plug-in exempts a request without encoder inputs in the engine: a text, and under
         # modserve every request (other GPUs encode the media).
         exempt = scheduling.decode_hold_media_only & ((trace.modality_tokens == 0) | variant.modserve)
+    config = deployment.engine_config(gpus)
     engine = Engine(
         EngineWork(
             ready_s=ready_s,
@@ -244,7 +256,7 @@ def engine_for(
             level=levels,
             rank_s=rank_times(scheduling, trace.arrival_s, prefill_s),
         ),
-        deployment.engine_config(gpus),
+        config,
         deployment.timing(gpus),
         queues,
         scheduling.preemption_rule(),
@@ -252,6 +264,7 @@ def engine_for(
         observer,
         holds,
         exempt,
+        scheduling.light_budget(config.max_num_batched_tokens),
     )
     clock.engine = engine
     return engine

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from rps_serve.cost.model import CostModel
 from rps_serve.scheduling.holding import DecodeHolds
+from rps_serve.scheduling.light_steps import light_step_budget, sand_edge_tokens
 from rps_serve.scheduling.parameters import ClassParameters, Policy
 from rps_serve.scheduling.preemption import MAX_PREEMPTIONS, PreemptionRule
 from rps_serve.scheduling.regulator import PriorityRegulator
@@ -32,7 +34,9 @@ class SchedulingVariant:
     `decode_hold_s`: the decode hold (`scheduling.holding`) in the paper's seconds on the aging clock,
     0 for none; `decode_hold_media_only`: it holds only requests with an image or a video;
     `cost_order`: inside its class a request ranks as if it had arrived `cost_order` times its
-    estimated prefill later (`rank_time`), 0 for arrival order."""
+    estimated prefill later (`rank_time`), 0 for arrival order; `light_steps`: while sand is present,
+    heavier classes put at most `light_step_tokens` prefill tokens into a step
+    (`scheduling.light_steps`), 0 for the budget the served model's costs give (`light_budget`)."""
 
     policy: Policy
     evicts: bool = True
@@ -41,6 +45,8 @@ class SchedulingVariant:
     decode_hold_s: float = 0.0
     decode_hold_media_only: bool = False
     cost_order: float = 0.0
+    light_steps: bool = False
+    light_step_tokens: int = 0
 
     def regulator(self, ladder: Sequence[ClassParameters]) -> PriorityRegulator:
         return PriorityRegulator(self.policy, ladder)
@@ -55,6 +61,21 @@ class SchedulingVariant:
         if not self.decode_hold_s or not self.policy.row.by_class:
             return None
         return DecodeHolds(self.decode_hold_s * time_scale, num_levels, weak=weak)
+
+    def light_budget(self, token_budget: int, model: CostModel | None = None) -> int:
+        """The heavier classes' prefill tokens in a light step on an engine of `token_budget`-token
+        steps: from `light_step_tokens`, or where that is 0 from the sand edge of `model`, the cost
+        model that classes the engine's requests (`light_steps.light_step_budget`); 0 where light
+        steps are off (under stock vLLM or an order without classes too: nothing tells sand there)."""
+        row = self.policy.row
+        if not self.light_steps or row.stock or not row.by_class:
+            return 0
+        edge = self.light_step_tokens
+        if not edge:
+            if model is None:
+                raise ValueError("light steps need the sand edge: light_step_tokens or the cost model")
+            edge = sand_edge_tokens(model)
+        return light_step_budget(edge, token_budget)
 
     def rank_time(self, arrival: float, prefill_s: float) -> float:
         """The time a request ranks from in its class queue: its arrival, shifted by `cost_order`

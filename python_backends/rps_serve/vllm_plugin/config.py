@@ -29,6 +29,9 @@ class RPSConfig:
       clock; 0 disables it. `decode_hold_media_only` holds only requests with an image or a video.
     - `cost_order`: inside its class a request ranks as if it had arrived this many times its
       estimated prefill later (`SchedulingVariant.rank_time`); 0 keeps arrival order.
+    - `light_steps`: while sand is present, heavier classes put few prefill tokens into a step
+      (`scheduling.light_steps`): `light_step_tokens` of them, or with 0 the budget the cost model
+      gives (the longest text it calls sand, at least a quarter of the step's token budget).
     - `aging_time_scale`: the aging clock as a multiple of the paper's seconds; None takes the cost
       model's report, or 1 without a cost model.
     - `observed_costs`: a JSON-lines file that gets a profile record of every completed prefill.
@@ -45,6 +48,8 @@ class RPSConfig:
     decode_hold_s: float = 0.0
     decode_hold_media_only: bool = False
     cost_order: float = 0.0
+    light_steps: bool = False
+    light_step_tokens: int = 0
     aging_time_scale: float | None = None
     observed_costs: str | None = None
 
@@ -58,6 +63,8 @@ class RPSConfig:
             decode_hold_s=self.decode_hold_s,
             decode_hold_media_only=self.decode_hold_media_only,
             cost_order=self.cost_order,
+            light_steps=self.light_steps,
+            light_step_tokens=self.light_step_tokens,
         )
 
     def to_additional_config(self) -> dict[str, Any]:

@@ -15,6 +15,9 @@ Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes
   decoding requests;
 - while a lighter class waits behind a heavier prefill, prefill chunks can be capped for that step
   (off by default);
+- while sand waits at the head of the queue or prefills, the step is a light one
+  (`scheduling.light_steps`): heavier prefills put at most the light-step budget into it, one of them
+  at most, and none with new vision-encoder work starts;
 - `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
   (which runs with the priority policy) evicts the heaviest class first.
 Use `RPSScheduler` where async scheduling is off (CPU), `RPSAsyncScheduler` where it is on (GPU).
@@ -42,6 +45,7 @@ from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
+from rps_serve.scheduling.light_steps import SAND, is_light, light_step, may_start
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender
 from rps_serve.vllm_plugin.classify import engine_class, engine_cost_model, engine_request_features
@@ -112,6 +116,7 @@ class _RPSMixin(Scheduler):
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         self.yielded = 0  # steps a running prefill sat out for a request that outranked it
+        self.light_steps = 0  # light steps (`scheduling.light_steps`) scheduled
         self.holds = 0  # steps a waiting request sat out, at the head of its class, for lighter ones running
         self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
         if self.rps.observed_costs is not None:
@@ -121,12 +126,15 @@ class _RPSMixin(Scheduler):
         self._caps_chunks = by_class and bool(self.rps.chunk_cap_tokens)
         self._yields_prefills = by_class and self.rps.yield_prefills
         self._starts = self._kv_headroom(self.rps.policy.row.kv_reserve)
+        self._light_budget = variant.light_budget(self.max_num_scheduled_tokens, self.cost_model)
         logger.info(
-            "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock",
+            "RPS scheduler: policy %s, %d classes by %s, priorities aging on %.2fx the paper's clock, "
+            "light steps of %s heavier prefill tokens",
             self.rps.policy.value,
             self.cost_model.num_classes,
             type(self.cost_model).__name__,
             self.time_scale,
+            self._light_budget or "(off)",
         )
 
     def _classify(self, request: Request) -> Ranked:
@@ -185,21 +193,65 @@ class _RPSMixin(Scheduler):
 
     def _schedule_waiting(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """vLLM's loop, after an eviction for the best waiting request and with the step's KV headroom,
-        chunk cap and set-aside prefills, where they act."""
+        light step, chunk cap and set-aside prefills, where they act."""
         self._evict_for_waiting()
-        # The KV headroom holds for this step's loop only: outside it, a queue that reads as empty
+        light = self._light_step()  # from the queue's head as it stands, before the headroom applies
+        # The admission rules hold for this step's loop only: outside it, a queue that reads as empty
         # would tell vLLM that nothing waits.
-        self.waiting.admits = self._starts
+        self.waiting.admits = self._starts if light is None else self._light_starts
         try:
-            if not self._caps_chunks and not self._yields_prefills:  # both off in the shipped settings
-                return super().schedule(*args, **kwargs)
+            if light is None and not self._caps_chunks and not self._yields_prefills:
+                return super().schedule(*args, **kwargs)  # the usual step: vLLM's loop as it is
             cap, aside = self._prefill_cap(), self._outranked_prefills()
-            if not cap and not aside:  # the usual step: vLLM's loop as it is
+            if light is not None:
+                limit, heavier_aside = light
+                cap = min(cap, limit) if cap else limit
+                aside += [r for r in heavier_aside if r not in aside]
+            if not cap and not aside:
                 return super().schedule(*args, **kwargs)
             with self._chunk_cap(cap), self._set_aside(aside):
                 return super().schedule(*args, **kwargs)
         finally:
             self.waiting.admits = None
+
+    def _light_step(self) -> tuple[int, list[Request]] | None:
+        """In a light step (`scheduling.light_steps`), the step's prefill chunk limit and the running
+        heavier prefills that sit it out (`light_steps.light_step`); None otherwise."""
+        if not self._light_budget:
+            return None
+        level = self.waiting.level
+        prefilling = [
+            r
+            for r in self.running
+            if r.status == RequestStatus.RUNNING and r.num_computed_tokens < r.num_prompt_tokens
+        ]
+        levels = [level(r) for r in prefilling]
+        head = self.waiting.peek_request() if self.waiting else None
+        head_level = None if head is None else level(head)
+        if not is_light(head_level, levels):
+            return None
+        sand = [
+            r.num_tokens - r.num_computed_tokens
+            for r, lv in zip(prefilling, levels, strict=True)
+            if lv == SAND
+        ]
+        if head is not None and head_level == SAND:
+            sand.append(head.num_tokens - head.num_computed_tokens)
+        heavier = [r for r, lv in zip(prefilling, levels, strict=True) if lv != SAND]
+        self.light_steps += 1
+        return light_step(self._light_budget, sand, heavier)
+
+    def _light_starts(self, request: Request) -> bool:
+        """Whether the best waiting request may start in a light step: the KV headroom lets it, and a
+        heavier one has no vision-encoder work and finds no heavier request prefilling in the step
+        (the running ones, and those this step admitted: vLLM's loop appends them to `running`)."""
+        if self._starts is not None and not self._starts(request):
+            return False
+        level = self.waiting.level
+        heavier_prefilling = any(
+            r.num_computed_tokens < r.num_prompt_tokens and level(r) != SAND for r in self.running
+        )
+        return may_start(level(request), request.has_encoder_inputs, heavier_prefilling)
 
     def _kv_headroom(self, reserve: float) -> Callable[[Request], bool] | None:
         """Whether a waiting request may start, where the policy keeps `reserve` of the KV cache free:
@@ -306,6 +358,7 @@ class _RPSMixin(Scheduler):
         ]
         if outranked:
             self._yielded_to = candidate
+            self.yielded += len(outranked)
         return outranked
 
     @contextmanager
@@ -329,7 +382,6 @@ class _RPSMixin(Scheduler):
             kept = [r for r in before if id(r) in aside or id(r) in after]
             known = {id(r) for r in kept}
             self.running = kept + [r for r in self.running if id(r) not in known]
-            self.yielded += len(requests)
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.preemptions[self.waiting.level(request)] += 1

@@ -1,14 +1,14 @@
 """The served scheduler and the simulator decide the same steps on the same scenarios.
 
 Both engines take their per-step decisions (class order, the decode hold, the chunk cap, evictions
-under KV pressure, the cost order inside a class) from the same code in `rps_serve.scheduling`; what
-each adds around it is its own: vLLM's scheduler loop in the plug-in, `sim.engine`'s model of that
-loop in the simulator. Each row of
-`SCENARIOS` feeds the same requests, at the same steps, to a model-free vLLM scheduler (`model_free`)
-as the server runs the policy (the plug-in; stock vLLM's own scheduler for the baselines, with the
-class level as the request's priority) and to the simulator's engine built as `rps-serve simulate
---measured` builds it (`as_served`, `engine_for`), and checks that every step schedules the same
-requests for the same numbers of tokens.
+under KV pressure, the cost order inside a class, light steps) from the same code in
+`rps_serve.scheduling`; what each adds around it is its own: vLLM's scheduler loop in the plug-in,
+`sim.engine`'s model of that loop in the simulator. Each row of `SCENARIOS` feeds the same
+requests, at the same steps, to a model-free vLLM scheduler (`model_free`) as the server runs the
+policy (the plug-in; stock vLLM's own scheduler for the baselines, with the class level as the
+request's priority) and to the simulator's engine built as `rps-serve simulate --measured` builds it
+(`as_served`, `engine_for`), and checks that every step schedules the same requests for the same
+numbers of tokens.
 
 The aging clock runs a million times slower than the paper's in both, so that the order follows the
 classes and arrival and not the few milliseconds the two engines' clocks differ by (the simulator's
@@ -91,6 +91,27 @@ def kv_pressure(name: str, policy: Policy, sand_tokens: int = 4 * BLOCK_SIZE) ->
         num_blocks=12 + 2,
     )
 
+
+# The sand edge both engines size light steps by (the floor, a quarter of the token budget, is 64).
+LIGHT_STEP_TOKENS = 80
+LIGHT_STEP_ARRIVALS = {
+    "one heavier prefill a step, capped, beside unsplit sand": (
+        Arrival(0, "rock-0", ROCK, 1000, max_tokens=2),
+        Arrival(0, "rock-1", ROCK, 600, max_tokens=2),
+        Arrival(1, "sand-0", SAND, 20, max_tokens=3),
+        Arrival(2, "pebble", PEBBLE, 300, max_tokens=2),
+        Arrival(4, "sand-1", SAND, 150, max_tokens=2),
+        Arrival(4, "sand-2", SAND, 30, max_tokens=2),
+        Arrival(9, "sand-3", SAND, 40, max_tokens=2),
+    ),
+    "no new encoder work of a heavier class, whatever prefills": (
+        Arrival(0, "sand-0", SAND, 30, max_tokens=8),
+        Arrival(1, "image", PEBBLE, 200, image_tokens=64, max_tokens=2),
+        Arrival(1, "sand-1", SAND, 60, max_tokens=2),
+        Arrival(2, "sand-2", SAND, 20, max_tokens=2),
+        Arrival(2, "text pebble", PEBBLE, 200, max_tokens=2),
+    ),
+}
 
 SCENARIOS = [
     Scenario(
@@ -246,6 +267,16 @@ SCENARIOS = [
         policy=Policy.HEADROOM,
         max_num_seqs=1,
     ),
+    *(
+        Scenario(
+            f"{policy.value} light steps: {what}",
+            arrivals,
+            policy=policy,
+            settings={"light_steps": True, "light_step_tokens": LIGHT_STEP_TOKENS},
+        )
+        for policy in (Policy.HEADROOM, Policy.RPS)
+        for what, arrivals in LIGHT_STEP_ARRIVALS.items()
+    ),
     Scenario(
         "headroom with a cost order: the shorter pebble first inside its class, sand before both",
         (
@@ -339,6 +370,8 @@ def simulator_steps(scenario: Scenario) -> Steps:
         rps_decode_hold_media_only=rps.decode_hold_media_only,
         rps_max_preemptions=rps.max_preemptions,
         rps_cost_order=rps.cost_order,
+        rps_light_steps=rps.light_steps,
+        rps_light_step_tokens=rps.light_step_tokens,
         aging_time_scale=scenario.time_scale,
     ).deployment()
     variant = as_served(policy_variant(scenario.policy.value), deployment)
@@ -396,3 +429,13 @@ def test_the_served_scheduler_and_the_simulator_schedule_the_same_steps(
     for k, (real, sim) in enumerate(zip(served, simulated, strict=False)):
         assert sim == real, f"step {k}: served {real}, simulator {sim}"
     assert len(simulated) == len(served)
+
+
+LIGHT = [s for s in SCENARIOS if s.settings.get("light_steps")]
+
+
+@pytest.mark.parametrize("scenario", LIGHT, ids=[s.name for s in LIGHT])
+def test_light_steps_change_what_the_scenario_schedules(scenario: Scenario, opt_model: Path) -> None:
+    """Each light-step scenario exercises the rule: without it the served scheduler runs other steps."""
+    plain = Scenario(scenario.name, scenario.arrivals, policy=scenario.policy)
+    assert served_steps(scenario, opt_model) != served_steps(plain, opt_model)

@@ -1,0 +1,102 @@
+"""Light steps: while sand is present, the step it runs in carries few tokens of heavier prefills.
+
+Once the class order has emptied sand's queue, a sand request's first token waits for the step it
+lands in, and that step lasts as long as the prefill tokens beside it: a heavy prefill's chunk fills
+the token budget (8,192 tokens on an H100) and makes a step several times longer than sand's own
+prefill. While a sand request waits at the head of the queue or is part-way through its prefill,
+a light step therefore
+- lets heavier classes put at most `budget` prefill tokens into it: every prefill chunk of the step
+  is capped there (vLLM's `long_prefill_token_threshold`, one number for every request of a step);
+  sand is never split by it (a sand prefill larger than the budget raises the cap, and the heavier
+  prefills sit that step out: `light_step`);
+- lets at most one heavier request prefill in it: the first heavier prefill in running order goes
+  on, any other sits the step out (keeping its KV blocks), and a waiting heavier request starts only
+  while none prefills;
+- starts no new vision-encoder work of a heavier class (a waiting heavier request with media does
+  not start), since the encoder's time adds to the step's.
+The limit lifts in the first step with no sand present. The budget is the floor that keeps heavier
+classes served while sand streams in: they keep at least `budget` tokens of every step (but those
+holding a sand prefill larger than it), so a heavy prompt of P tokens needs at most ceil(P / budget)
+such steps of prefill whatever the sand load
+(`prefill_steps_bound`). It is derived from the served model's measured costs, not a constant
+(`light_step_budget`): the prompt length at which the cost model stops calling a text sand (a light
+step's heavy tokens then cost at most what the longest sand prefill does), and never less than
+`floor` of the step's token budget. Both engines (the vLLM plug-in and the simulator) take these
+decisions from this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+from rps_serve.cost import features as cols
+from rps_serve.cost.model import CostModel
+from rps_serve.requests import Modality, RequestFeatures
+
+R = TypeVar("R")
+
+SAND = 0
+# The share of the step's token budget heavier classes keep in a light step, at least.
+LIGHT_STEP_FLOOR = 0.25
+# The longest text the search for the sand edge considers (vLLM's longest context of the served models).
+_LONGEST_TEXT = 1 << 17
+
+
+def sand_edge_tokens(model: CostModel) -> int:
+    """The longest text prompt (in tokens) `model` classes as sand; 0 if none is.
+
+    Prefill cost grows with the prompt, so the classes of texts are monotone in their length; the
+    edge is found by bisection, one cost-model call per halving."""
+
+    def is_sand(tokens: int) -> bool:
+        text = RequestFeatures(Modality.TEXT, tokens, 0)
+        return bool(model.levels(cols.feature_matrix([text]))[0] == SAND)
+
+    if not is_sand(1):
+        return 0
+    if is_sand(_LONGEST_TEXT):
+        return _LONGEST_TEXT
+    low, high = 1, _LONGEST_TEXT  # is_sand(low) and not is_sand(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if is_sand(middle) else (low, middle)
+    return low
+
+
+def light_step_budget(edge_tokens: int, token_budget: int, floor: float = LIGHT_STEP_FLOOR) -> int:
+    """The prefill tokens heavier classes may put into a light step: the sand edge (`sand_edge_tokens`)
+    on the served model, at least `floor` of the step's `token_budget` and at most all of it."""
+    return min(token_budget, max(edge_tokens, math.ceil(floor * token_budget), 1))
+
+
+def prefill_steps_bound(prompt_tokens: int, budget: int) -> int:
+    """Steps of prefill a heavier request of `prompt_tokens` needs at most once it runs, sand or no
+    sand: it keeps `budget` tokens of every step it prefills in."""
+    return -(-prompt_tokens // budget)
+
+
+def is_light(best_waiting_level: int | None, prefilling_levels: Iterable[int]) -> bool:
+    """Whether the next step is a light one: sand waits at the head of the queue or is prefilling."""
+    return best_waiting_level == SAND or SAND in prefilling_levels
+
+
+def light_step(budget: int, sand_tokens: Iterable[int], heavier_prefills: Sequence[R]) -> tuple[int, list[R]]:
+    """A light step's prefill chunk limit, and which of the running heavier prefills (in running
+    order) sit it out, given the tokens still to compute of every sand prefill present.
+
+    The budget, and every heavier prefill but the first sits out. A sand prefill larger than the
+    budget (a sand image can be: the budget is at least the longest sand text) raises the limit to
+    its size, and then every heavier prefill sits out: vLLM schedules running requests before
+    waiting ones, so a heavier chunk of that size would leave too little of the step for the sand."""
+    largest = max(sand_tokens, default=0)
+    if largest > budget:
+        return largest, list(heavier_prefills)
+    return budget, list(heavier_prefills[1:])
+
+
+def may_start(level: int, encoder_work: bool, heavier_prefilling: bool) -> bool:
+    """Whether a waiting request may start in a light step: sand always; a heavier one only without
+    vision-encoder work to start and while no heavier request prefills in the step."""
+    return level == SAND or not (encoder_work or heavier_prefilling)
