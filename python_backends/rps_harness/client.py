@@ -215,10 +215,13 @@ class StreamClient:
         request_id: str,
         tensors: Mapping[str, np.ndarray],
         outputs: Sequence[str] | None = None,
+        parameters: Mapping[str, bool | int | float | str] | None = None,
     ) -> None:
-        """Send one request; `outputs` names the outputs wanted (default: all the model has). On a
-        stream the server has already broken (tritonclient then refuses to send) the request ends at
-        once with that error (the stream's own arrives through the callback, unattributed)."""
+        """Send one request; `outputs` names the outputs wanted (default: all the model has), and
+        `parameters` are the request's own Triton parameters (vllm_backend's sampling parameters
+        where `tensors` hold no `sampling_parameters`). On a stream the server has already broken
+        (tritonclient then refuses to send) the request ends at once with that error (the stream's
+        own arrives through the callback, unattributed)."""
         with self._lock:
             self.results[request_id] = StreamResult()
             self._done[request_id] = threading.Event()
@@ -230,6 +233,7 @@ class StreamClient:
                 request_id=request_id,
                 outputs=None if outputs is None else [self._module.InferRequestedOutput(o) for o in outputs],
                 enable_empty_final_response=True,
+                parameters=None if parameters is None else dict(parameters),
             )
         except self._exception as error:
             with self._lock:

@@ -41,7 +41,7 @@ class TritonPythonModel:
     def _respond(self, request: Any) -> Any:
         get = tensor_getter(pb_utils, request)
         try:
-            parsed = p.parse_request(get)
+            parsed = p.parse_request(get, request.parameters())
             features = self.preprocessor.inspect(parsed)
         except p.BadRequest as error:
             return error_response(pb_utils, request.request_id(), str(error), code="INVALID_ARG")
@@ -52,6 +52,7 @@ class TritonPythonModel:
             p.PROMPT: lambda: parsed.prompt,
             p.FEATURES: lambda: feature_matrix([features]),
             p.STREAM: lambda: np.array([parsed.stream]),
+            # Those the client sent as the request's parameters too: vllm_model gets them as a tensor.
             p.SAMPLING_PARAMETERS: lambda: json.dumps(parsed.sampling_parameters),
             p.EXCLUDE_INPUT_IN_OUTPUT: lambda: np.array([parsed.exclude_input_in_output]),
         }

@@ -1,8 +1,9 @@
 """The request interface of the repository's models: tensor names, and parsing into a validated request.
 
 Inputs follow NVIDIA's vLLM backend (`text_input`, `image` as base64 strings, `stream`,
-`sampling_parameters` as JSON, `exclude_input_in_output`, the `return_*` flags of its additional
-outputs) and add `video` (base64 of a video file); its `embedding_request` is refused by name.
+`sampling_parameters` as JSON, or the request's own parameters where that tensor is absent,
+`exclude_input_in_output`, the `return_*` flags of its additional outputs) and add `video` (base64 of
+a video file); its `embedding_request` is refused by name.
 Parsing takes a tensor getter, so the same code serves every model and runs without Triton in tests.
 docs/triton.md has the table of where the interface matches vllm_backend's and where it differs.
 """
@@ -31,6 +32,10 @@ VIDEO = "video"
 STREAM = "stream"
 SAMPLING_PARAMETERS = "sampling_parameters"
 EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
+# Where vllm_backend reads sampling parameters when a request carries no `sampling_parameters` tensor:
+# the request's own Triton parameters (`request.parameters()`, a JSON object; Triton keeps its reserved
+# ones, priority, timeout, the final-response flag, out of it)
+REQUEST_PARAMETERS = "request parameters"
 # vllm_backend's input for the embedding requests of its OpenAI-compatible front end; refused here
 EMBEDDING_REQUEST = "embedding_request"
 
@@ -150,6 +155,8 @@ class GenerateRequest:
     video: bytes | None = None
     stream: bool = False
     sampling_parameters: Mapping[str, Any] = field(default_factory=dict)
+    # What the sampling parameters came in, as an error message names it (`sampling_source`)
+    sampling_source: str = f"'{SAMPLING_PARAMETERS}'"
     # Whether a non-streamed answer leaves out the prompt (a streamed one always does)
     exclude_input_in_output: bool = False
     additional_outputs: frozenset[str] = frozenset()  # those of ADDITIONAL_OUTPUTS the request asks for
@@ -218,8 +225,49 @@ def parse_sampling_parameters(raw: bytes | None) -> dict[str, Any]:
     return parsed
 
 
-def parse_request(get: TensorGetter) -> GenerateRequest:
-    """Validate the request's tensors; raises `BadRequest` with a message for the client."""
+def request_parameters(raw: str | None) -> dict[str, Any]:
+    """A request's own Triton parameters (the Python backend's `request.parameters()`, JSON)."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise BadRequest(f"the {REQUEST_PARAMETERS} are not valid JSON: {error}") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest(f"the {REQUEST_PARAMETERS} must be an object, got {type(parsed).__name__}")
+    return parsed
+
+
+def sampling_source(from_tensor: bool) -> str:
+    """What a request's sampling parameters came in, as error messages name it."""
+    return f"'{SAMPLING_PARAMETERS}'" if from_tensor else REQUEST_PARAMETERS
+
+
+def _sampling(get: TensorGetter, parameters: str | None) -> tuple[dict[str, Any], str]:
+    """The request's sampling parameters and what they came in. As vllm_backend: the
+    `sampling_parameters` tensor where the request carries one, else its own parameters. Where it
+    carries both, vllm_backend ignores the parameters; here they are refused unless the tensor holds
+    the same (as it does in a step of `rps_ensemble`: Triton hands the ensemble's parameters to every
+    step, and `preprocess` put them in the tensor)."""
+    given = request_parameters(parameters)
+    tensor = _one_string(get, SAMPLING_PARAMETERS)
+    if tensor is None:
+        return given, sampling_source(from_tensor=False)
+    sampling = parse_sampling_parameters(tensor)
+    beside = sorted(key for key, value in given.items() if key not in sampling or sampling[key] != value)
+    if beside:
+        raise BadRequest(
+            f"{REQUEST_PARAMETERS} {', '.join(repr(key) for key in beside)} sent beside "
+            f"'{SAMPLING_PARAMETERS}', which vllm_backend would read alone; send the sampling "
+            "parameters in one of them"
+        )
+    # In a step of the ensemble the client sent them as parameters; errors name what the client sent.
+    return sampling, sampling_source(from_tensor=not given or given != sampling)
+
+
+def parse_request(get: TensorGetter, parameters: str | None = None) -> GenerateRequest:
+    """Validate the request's tensors, and `parameters`, its own Triton parameters (JSON) where it
+    has them; raises `BadRequest` with a message for the client."""
     if get(EMBEDDING_REQUEST) is not None:
         raise BadRequest(
             f"'{EMBEDDING_REQUEST}' is not served: this deployment generates text (vllm_backend reserves "
@@ -236,12 +284,14 @@ def parse_request(get: TensorGetter) -> GenerateRequest:
     images = () if image_tensor is None else _strings(image_tensor)
     video = _one_string(get, VIDEO)
     stream = _flag(get, STREAM, default=False)
+    sampling, source = _sampling(get, parameters)
     return GenerateRequest(
         prompt=prompt,
         images=tuple(_base64(image, f"image {i}") for i, image in enumerate(images)),
         video=None if video is None else _base64(video, "video"),
         stream=stream,
-        sampling_parameters=parse_sampling_parameters(_one_string(get, SAMPLING_PARAMETERS)),
+        sampling_parameters=sampling,
+        sampling_source=source,
         exclude_input_in_output=_exclude_input_in_output(get, stream),
         additional_outputs=frozenset(
             name for name in ADDITIONAL_OUTPUTS if _flag(get, return_flag(name), default=False)

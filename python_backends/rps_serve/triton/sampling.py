@@ -1,4 +1,8 @@
-"""`sampling_parameters` as NVIDIA's vllm_backend takes them: scalar values may come as strings.
+"""Sampling parameters as NVIDIA's vllm_backend takes them: scalar values may come as strings.
+
+They come in the `sampling_parameters` tensor or, where a request has none, in its own Triton
+parameters (`protocol.parse_request`); a key that is no field of vLLM's `SamplingParams` is refused
+with every such key named, wherever it came.
 
 vllm_backend casts each value to the type vLLM's `SamplingParams` declares for it, and clients built
 for it rely on that: GenAI-Perf sends `{"max_tokens": "16"}`. Here a string given for a field declared
@@ -39,7 +43,13 @@ def declared_scalars(cls: type) -> Mapping[str, type]:
     return scalars
 
 
-def _cast(name: str, value: str, kind: type) -> Any:
+def fields(cls: type) -> frozenset[str]:
+    """The keyword arguments `cls` takes: a msgspec struct's fields (vLLM's `SamplingParams`)."""
+    declared = getattr(cls, "__struct_fields__", None)
+    return frozenset(declared if declared is not None else typing.get_type_hints(cls))
+
+
+def _cast(name: str, value: str, kind: type, source: str) -> Any:
     text = value.strip()
     if kind is bool:
         if text.lower() in _TRUE:
@@ -51,17 +61,26 @@ def _cast(name: str, value: str, kind: type) -> Any:
             return kind(text)
         except ValueError:
             pass
-    raise p.BadRequest(f"invalid '{p.SAMPLING_PARAMETERS}': {name} must be {kind.__name__}, got {value!r}")
+    raise p.BadRequest(f"invalid {source}: {name} must be {kind.__name__}, got {value!r}")
 
 
-def as_declared(parameters: Mapping[str, Any], cls: type) -> dict[str, Any]:
+def as_declared(
+    parameters: Mapping[str, Any], cls: type, source: str = p.sampling_source(from_tensor=True)
+) -> dict[str, Any]:
     """`parameters` with every string given for a scalar field of `cls` cast to its declared type;
-    raises `BadRequest` for a key this deployment refuses or a string that is not of that type."""
+    raises `BadRequest` for a key this deployment refuses, a key `cls` does not take, or a string that
+    is not of that type. `source` is what the parameters came in, as the message names it."""
     for key, reason in REFUSED.items():
         if key in parameters:
-            raise p.BadRequest(f"'{p.SAMPLING_PARAMETERS}': {key}: {reason}")
+            raise p.BadRequest(f"{source}: {key}: {reason}")
+    unknown = sorted(set(parameters) - fields(cls))
+    if unknown:
+        raise p.BadRequest(
+            f"{source}: {', '.join(repr(key) for key in unknown)} "
+            f"{'is no field' if len(unknown) == 1 else 'are no fields'} of vLLM's {cls.__name__}"
+        )
     scalars = declared_scalars(cls)
     return {
-        key: _cast(key, value, scalars[key]) if isinstance(value, str) and key in scalars else value
+        key: _cast(key, value, scalars[key], source) if isinstance(value, str) and key in scalars else value
         for key, value in parameters.items()
     }

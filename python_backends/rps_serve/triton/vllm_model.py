@@ -80,36 +80,39 @@ CANCEL_POLL_S = 0.5
 SEED_MIN, SEED_END = -(2**63), 2**64  # what torch.Generator.manual_seed takes
 
 
-def sampling_params(parameters: dict[str, Any], info: ClassInfo, limits: MediaLimits) -> Any:
+def sampling_params(
+    parameters: dict[str, Any],
+    info: ClassInfo,
+    limits: MediaLimits,
+    source: str = p.sampling_source(from_tensor=True),
+) -> Any:
     """vLLM `SamplingParams` within the limits: one completion (the responses carry one) of at most
-    `max_output_tokens` tokens (vLLM reads `max_tokens: null` as "up to the context length")."""
+    `max_output_tokens` tokens (vLLM reads `max_tokens: null` as "up to the context length");
+    `source` is what the parameters came in (`protocol.sampling_source`), as errors name it."""
     from vllm import SamplingParams
 
-    parameters = as_declared(parameters, SamplingParams)
+    parameters = as_declared(parameters, SamplingParams, source)
     extra_args = parameters.get("extra_args")
     if isinstance(extra_args, dict) and EXTRA_ARGS_KEY in extra_args:
-        raise p.BadRequest(
-            f"'{p.SAMPLING_PARAMETERS}': extra_args.{EXTRA_ARGS_KEY} is the server's (the request's class)"
-        )
+        raise p.BadRequest(f"{source}: extra_args.{EXTRA_ARGS_KEY} is the server's (the request's class)")
     if info.supplied:
         parameters["extra_args"] = {**(parameters.get("extra_args") or {}), **info.extra_args()}
     try:
         params = SamplingParams(**parameters)
     except (TypeError, ValueError, OverflowError, VLLMClientError) as error:
-        raise p.BadRequest(f"invalid '{p.SAMPLING_PARAMETERS}': {error}") from None
+        raise p.BadRequest(f"invalid {source}: {error}") from None
     # Checked here because the engine-core process would fail on them, taking every request down.
     if params.extra_args is not None and not isinstance(params.extra_args, dict):
-        raise p.BadRequest(f"'{p.SAMPLING_PARAMETERS}': extra_args must be an object")
+        raise p.BadRequest(f"{source}: extra_args must be an object")
     if params.seed is not None and not SEED_MIN <= params.seed < SEED_END:
-        raise p.BadRequest(f"'{p.SAMPLING_PARAMETERS}': seed must be in [{SEED_MIN}, {SEED_END})")
+        raise p.BadRequest(f"{source}: seed must be in [{SEED_MIN}, {SEED_END})")
     if params.n != 1:
-        raise p.BadRequest(f"'{p.SAMPLING_PARAMETERS}': n must be 1, got {params.n}")
+        raise p.BadRequest(f"{source}: n must be 1, got {params.n}")
     if params.max_tokens is None:
         params.max_tokens = limits.max_output_tokens
     elif params.max_tokens > limits.max_output_tokens:
         raise p.BadRequest(
-            f"'{p.SAMPLING_PARAMETERS}': max_tokens is {params.max_tokens}; "
-            f"the limit is {limits.max_output_tokens}"
+            f"{source}: max_tokens is {params.max_tokens}; the limit is {limits.max_output_tokens}"
         )
     return params
 
@@ -334,7 +337,7 @@ class TritonPythonModel:
     async def _generate(self, request: Any, sender: Any) -> None:
         arrival, arrival_wall = time.monotonic(), time.time()
         get = tensor_getter(pb_utils, request)
-        parsed = p.parse_request(get)
+        parsed = p.parse_request(get, request.parameters())
         # The media's metadata only (decoding waits for the front end, in class order), off the loop,
         # on one thread: the tokenizer must not be used from two threads at once.
         # Through the ensemble the prompt was counted by `preprocess`: its features are checked, not
@@ -343,7 +346,9 @@ class TritonPythonModel:
             self.inspector, self.preprocessor.inspect, parsed, p.claimed_features(get)
         )
         info = decide_class(self.cost_model, self.class_source, supplied_class(get), features)
-        params = sampling_params(dict(parsed.sampling_parameters), info, self.preprocessor.limits)
+        params = sampling_params(
+            dict(parsed.sampling_parameters), info, self.preprocessor.limits, parsed.sampling_source
+        )
         priority = self.policy.request_priority(info.level, features.modality)
         request_id = f"{request.request_id() or 'triton'}-{uuid.uuid4().hex}"
         progress = _Progress(

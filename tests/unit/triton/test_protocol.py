@@ -54,6 +54,42 @@ def test_bad_requests_are_refused_with_a_reason(tensors: dict[str, np.ndarray], 
         parse_request(getter(tensors))
 
 
+def _hi(**tensors: np.ndarray) -> dict[str, np.ndarray]:
+    return {"text_input": np.array([b"hi"], dtype=np.object_), **tensors}
+
+
+def _sampling_tensor(parameters: dict[str, object]) -> np.ndarray:
+    return np.array([json.dumps(parameters).encode()], dtype=np.object_)
+
+
+def test_without_the_tensor_the_requests_own_parameters_are_its_sampling_parameters() -> None:
+    """As vllm_backend reads them (`request.parameters()` is JSON), and errors name where they came."""
+    parsed = parse_request(getter(_hi()), json.dumps({"temperature": 0, "max_tokens": "4"}))
+    assert parsed.sampling_parameters == {"temperature": 0, "max_tokens": "4"}
+    assert parsed.sampling_source == p.REQUEST_PARAMETERS
+    assert parse_request(getter(_hi()), "{}").sampling_parameters == {}
+    tensor = parse_request(getter(_hi(sampling_parameters=_sampling_tensor({"top_k": 2}))), "{}")
+    assert tensor.sampling_parameters == {"top_k": 2}
+    assert tensor.sampling_source == "'sampling_parameters'"
+
+
+def test_parameters_beside_the_tensor_are_refused_unless_the_tensor_holds_them() -> None:
+    """In a step of the ensemble Triton hands the client's parameters on beside the tensor `preprocess`
+    made of them: served, named as the client sent them. Anything else beside the tensor is refused."""
+    given = {"temperature": 0, "max_tokens": "4"}
+    step = parse_request(getter(_hi(sampling_parameters=_sampling_tensor(given))), json.dumps(given))
+    assert step.sampling_parameters == given and step.sampling_source == p.REQUEST_PARAMETERS
+    tensor = _sampling_tensor({"temperature": 1.0, "max_tokens": 4})
+    with pytest.raises(BadRequest, match="'max_tokens', 'temperature' sent beside 'sampling_parameters'"):
+        parse_request(getter(_hi(sampling_parameters=tensor)), json.dumps(given))
+
+
+@pytest.mark.parametrize(("raw", "message"), [("{oops", "not valid JSON"), ("[1]", "must be an object")])
+def test_unreadable_request_parameters_are_refused(raw: str, message: str) -> None:
+    with pytest.raises(BadRequest, match=f"request parameters .*{message}"):
+        parse_request(getter(_hi()), raw)
+
+
 def test_base64_of_media_is_decoded() -> None:
     image = base64.b64encode(b"\x89PNG...")
     parsed = parse_request(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from vllm import SamplingParams
 
+from rps_serve.triton.protocol import REQUEST_PARAMETERS as REQUEST
 from rps_serve.triton.protocol import BadRequest
 from rps_serve.triton.sampling import REFUSED, as_declared, declared_scalars
 
@@ -51,3 +52,12 @@ def test_a_string_of_another_type_is_refused_by_name(given: dict[str, str], name
 def test_what_this_deployment_does_not_serve_is_refused_by_name(key: str) -> None:
     with pytest.raises(BadRequest, match=key):
         as_declared({key: {"json": {}}}, SamplingParams)
+
+
+def test_keys_that_are_no_sampling_parameter_are_refused_each_named_with_their_source() -> None:
+    with pytest.raises(BadRequest, match=r"^request parameters: 'colour', 'stream' are no fields of"):
+        as_declared({"colour": "red", "temperature": "0", "stream": "false"}, SamplingParams, REQUEST)
+    with pytest.raises(BadRequest, match=r"^'sampling_parameters': 'colour' is no field of vLLM's"):
+        as_declared({"colour": "red"}, SamplingParams)
+    with pytest.raises(BadRequest, match=r"^invalid request parameters: max_tokens must be int"):
+        as_declared({"max_tokens": "many"}, SamplingParams, REQUEST)
