@@ -1,6 +1,6 @@
 """The vLLM stat logger of `vllm_model`: after every step, the engine's load (requests waiting and
-running, KV-cache usage) to the model's metrics, and, with a run log (`triton.run_log`), the step's
-record."""
+running, KV-cache usage) to the model's metrics, the step's token and latency stats to its `vllm:*`
+metrics (`triton.vllm_metrics`), and, with a run log (`triton.run_log`), the step's record."""
 
 from __future__ import annotations
 
@@ -23,9 +23,14 @@ class EngineStatsLogger(StatLoggerBase):
     engine must read 0, and no later step may come to correct it)."""
 
     def __init__(
-        self, report: Callable[[EngineLoad], None], run_log: RunLog | None, period_s: float = 0.5
+        self,
+        report: Callable[[EngineLoad], None],
+        run_log: RunLog | None,
+        period_s: float = 0.5,
+        iterations: Callable[[Any], None] | None = None,
     ) -> None:
         self._report = report
+        self._iterations = iterations  # hears every step's `IterationStats`
         self._run_log = run_log
         self._period_s = period_s
         self._last: EngineLoad | None = None
@@ -38,6 +43,8 @@ class EngineStatsLogger(StatLoggerBase):
         mm_cache_stats: Any = None,
         engine_idx: int = 0,
     ) -> None:
+        if iteration_stats is not None and self._iterations is not None:
+            self._iterations(iteration_stats)
         if scheduler_stats is None:
             return
         load = EngineLoad(
@@ -58,7 +65,9 @@ class EngineStatsLogger(StatLoggerBase):
 
 
 def engine_stats_logger(
-    report: Callable[[EngineLoad], None], run_log: RunLog | None
+    report: Callable[[EngineLoad], None],
+    run_log: RunLog | None,
+    iterations: Callable[[Any], None] | None = None,
 ) -> Callable[[Any, int], StatLoggerBase]:
     """A per-engine factory for `AsyncLLM(stat_loggers=[...])`."""
-    return lambda vllm_config, engine_index: EngineStatsLogger(report, run_log)
+    return lambda vllm_config, engine_index: EngineStatsLogger(report, run_log, iterations=iterations)

@@ -53,7 +53,7 @@ from rps_serve.triton.backend import (
     requested_outputs,
     tensor_getter,
 )
-from rps_serve.triton.class_metrics import ClassMetrics
+from rps_serve.triton.class_metrics import ClassMetrics, EngineLoad
 from rps_serve.triton.classes import ClassInfo, decide_class, supplied_class
 from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import engine_stats_logger
@@ -67,6 +67,7 @@ from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_l
 from rps_serve.triton.sampling import as_declared
 from rps_serve.triton.settings import FrontEndMode, load_settings
 from rps_serve.triton.triton_log import log_to_triton
+from rps_serve.triton.vllm_metrics import VllmMetrics
 from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.vllm_plugin.parent_watch import start_parent_watcher
 
@@ -149,6 +150,9 @@ class TritonPythonModel:
             cost_model = cost_model_at(settings.cost_model)
         self.cost_model, self.class_source = cost_model, settings.class_source
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
+        # vLLM's own metrics as vllm_backend exports them; made once the engine says its length.
+        self.vllm_metrics: VllmMetrics | None = None
+        self.model_version = str(args["model_version"])
         self.max_pending = settings.max_pending_requests
         self.pending = 0  # requests between admission and their final response (loop thread only)
         self.policy = settings.policy
@@ -210,11 +214,24 @@ class TritonPythonModel:
 
         if self.run_log is not None:
             kwargs = {**kwargs, ITERATION_DETAILS_ARG: True}
-        logger_factory = engine_stats_logger(self.metrics.engine_load, self.run_log)
+        logger_factory = engine_stats_logger(self._engine_load, self.run_log, self._engine_step)
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[logger_factory])
+
+    def _engine_load(self, load: EngineLoad) -> None:
+        self.metrics.engine_load(load)
+        if self.vllm_metrics is not None:
+            self.vllm_metrics.engine_load(load)
+
+    def _engine_step(self, iteration_stats: Any) -> None:
+        if self.vllm_metrics is not None:
+            self.vllm_metrics.record(iteration_stats)
 
     async def _engine_started(self, engine: Any) -> None:
         """Make `engine` the one requests go to (at start and after a restart)."""
+        if self.vllm_metrics is None:  # on the loop, where vLLM calls its stat loggers
+            labels = {"model": self.model_name, "version": self.model_version}
+            max_model_len = engine.model_config.max_model_len
+            self.vllm_metrics = VllmMetrics(pb_utils, labels, max_model_len)
         renderer = MediaRenderer(engine) if self.class_ordered else None
         if renderer is not None:
             await renderer.prepare()
@@ -248,6 +265,8 @@ class TritonPythonModel:
         self.inspector.shutdown(wait=False, cancel_futures=True)
         self.supervisor.engine.shutdown()
         self.metrics.close()
+        if self.vllm_metrics is not None:
+            self.vllm_metrics.close()
         if self.cost_metrics is not None:
             self.cost_metrics.close()
         if self.lag_watch is not None:
