@@ -16,8 +16,8 @@ Each step, as vLLM V1 does it:
    (`scheduling.holding`, as the plug-in configures it) held requests sit both phases out; in a light
    step (`scheduling.light_steps`: sand waits at the head or prefills) every chunk is limited to the
    light-step budget (or the sand's own tokens, where more), the running heavier prefills but the
-   first sit both phases out, and a heavier waiting request starts only without media to encode and
-   while no heavier request prefills in the step;
+   first sit both phases out, and a heavier waiting request starts only while no heavier request
+   prefills in the step;
 3. the step takes the timing model's time; a request whose known tokens are all computed samples one
    token; finished requests free their blocks.
 Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
@@ -323,7 +323,7 @@ class Engine:
             if not self._admits(request):
                 break
             level = self._level[request]
-            if self._light and not may_start(level, self._visual[request] > 0, heavier_prefilling):
+            if self._light and not may_start(level, heavier_prefilling):
                 break
             if request in evicted:
                 break  # evicted in this step: not rescheduled in the same step, as in vLLM

@@ -19,7 +19,7 @@ from rps_harness.sim.hardware import Execution, model_spec
 from rps_harness.sim.measured import as_served, read_measured_profile
 from rps_harness.sim.online import trace_features
 from rps_harness.sim.routing import Routing
-from rps_harness.sim.simulator import Deployment, SimOutcome, policy_variant, simulate, with_sand_edge
+from rps_harness.sim.simulator import Deployment, SimOutcome, policy_variant, simulate, with_light_budget
 from rps_harness.sim.timing import fit_lines
 from rps_harness.workload.shapes import ISOLATION, SERVING
 from rps_harness.workload.source import Workload
@@ -176,7 +176,11 @@ def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
 def run_policy(
     setup: SimulationSetup, name: str, observer: Callable[[StepRecord], None] | None = None
 ) -> SimOutcome:
-    variant = with_sand_edge(as_served(policy_variant(name), setup.deployment), setup.sand_edge_tokens)
+    variant = with_light_budget(
+        as_served(policy_variant(name), setup.deployment),
+        setup.sand_edge_tokens,
+        setup.deployment.max_num_batched_tokens,
+    )
     if variant.naive_classes:
         levels, num_levels = setup.naive_levels, ModalityClasses.num_classes
     else:
@@ -188,7 +192,9 @@ def run_policy(
 
 def run_cluster(setup: SimulationSetup, name: str, replicas: int, routing: Routing) -> ClusterOutcome:
     """`run_policy` on `replicas` copies of the deployment behind a `routing` router."""
-    variant = with_sand_edge(policy_variant(name), setup.sand_edge_tokens)
+    variant = with_light_budget(
+        policy_variant(name), setup.sand_edge_tokens, setup.deployment.max_num_batched_tokens
+    )
     return simulate_cluster(
         setup.trace, setup.levels, setup.num_levels, variant, setup.deployment, replicas, routing
     )

@@ -17,6 +17,7 @@ from rps_harness.workload.trace import Trace
 from rps_serve.profiles.reference import PrefillLine
 from rps_serve.requests import Modality
 from rps_serve.scheduling.holding import DecodeHolds
+from rps_serve.scheduling.light_steps import light_step_budget
 from rps_serve.scheduling.parameters import COST_ORDER, Policy, class_ladder, in_time_units
 from rps_serve.scheduling.queues import ClassQueues
 from rps_serve.scheduling.variant import SchedulingVariant
@@ -71,13 +72,15 @@ def policy_variant(name: str) -> PolicyVariant:
     return POLICY_VARIANTS[name]
 
 
-def with_sand_edge(variant: PolicyVariant, edge_tokens: int) -> PolicyVariant:
-    """`variant` with light steps sized by `edge_tokens`, the longest text its cost model calls sand
-    (`light_steps.sand_edge_tokens`), unless its own settings size them."""
+def with_light_budget(variant: PolicyVariant, edge_tokens: int, token_budget: int) -> PolicyVariant:
+    """`variant` with its light steps' budget resolved (`light_steps.light_step_budget`) from
+    `edge_tokens`, the longest text its cost model calls sand, on `token_budget`-token steps, unless
+    its own settings give one."""
     scheduling = variant.scheduling
     if not scheduling.light_steps or scheduling.light_step_tokens:
         return variant
-    return replace(variant, scheduling=replace(scheduling, light_step_tokens=edge_tokens))
+    budget = light_step_budget(edge_tokens, token_budget)
+    return replace(variant, scheduling=replace(scheduling, light_step_tokens=budget))
 
 
 def served_settings(name: str) -> tuple[Policy, dict[str, Any]]:
@@ -230,7 +233,7 @@ def engine_for(
     prefill_s: np.ndarray | None = None,
 ) -> Engine:
     """The LLM engine of the requests of `trace` on `gpus` of the deployment's GPUs under `variant`
-    (with light steps, its sand edge resolved: `with_sand_edge`), with `encoder_s` of vision encoding
+    (with light steps, their budget resolved: `with_light_budget`), with `encoder_s` of vision encoding
     charged to its steps; its Queue Manager reads the engine's clock.
     `prefill_s`: each request's estimated prefill seconds, which a cost order needs (`rank_times`)."""
     clock = _EngineClock()

@@ -11,18 +11,20 @@ a light step therefore
   prefills sit that step out: `light_step`);
 - lets at most one heavier request prefill in it: the first heavier prefill in running order goes
   on, any other sits the step out (keeping its KV blocks), and a waiting heavier request starts only
-  while none prefills;
-- starts no new vision-encoder work of a heavier class (a waiting heavier request with media does
-  not start), since the encoder's time adds to the step's.
-The limit lifts in the first step with no sand present. The budget is the floor that keeps heavier
-classes served while sand streams in: they keep at least `budget` tokens of every step (but those
-holding a sand prefill larger than it), so a heavy prompt of P tokens needs at most ceil(P / budget)
-such steps of prefill whatever the sand load
+  while none prefills.
+A heavier request with media may start in a light step where no heavier request prefills, its vision
+encoder's time riding in that step: barred from light steps altogether, videos waited for steps with
+no sand at all, 1.5x as long on average in the simulator, and the 72B's normalized latency rose
+10-14% on cost-vs-modality (docs/decisions.md). The limit lifts in the first step with no sand.
+
+The budget is the floor that keeps heavier classes served while sand streams in: they keep at least
+`budget` tokens of every step (but those holding a sand prefill larger than it), so a heavy prompt
+of P tokens needs at most ceil(P / budget) such steps of prefill whatever the sand load
 (`prefill_steps_bound`). It is derived from the served model's measured costs, not a constant
-(`light_step_budget`): the prompt length at which the cost model stops calling a text sand (a light
-step's heavy tokens then cost at most what the longest sand prefill does), and never less than
-`floor` of the step's token budget. Both engines (the vLLM plug-in and the simulator) take these
-decisions from this module.
+(`light_step_budget`): a step-time target of `LIGHT_STEP_EDGES` times the longest sand prefill, as
+tokens (the prompt length at which the cost model stops calling a text sand, `sand_edge_tokens`),
+and never less than `LIGHT_STEP_FLOOR` of the step's token budget. Both engines (the vLLM plug-in
+and the simulator) take these decisions from this module.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ from rps_serve.requests import Modality, RequestFeatures
 R = TypeVar("R")
 
 SAND = 0
+# The heavier classes' prefill in a light step costs at most this many longest sand prefills: 1 (the
+# sand edge alone, or a quarter of the step) took sand P90 to 0.69-0.76x stock priority's in the
+# simulator but videos' mean TTFT to 1.0-1.4x; 2 (half the step on an H100) kept sand at 0.78-0.83x
+# with videos within 1.13x (docs/decisions.md).
+LIGHT_STEP_EDGES = 2.0
 # The share of the step's token budget heavier classes keep in a light step, at least.
 LIGHT_STEP_FLOOR = 0.25
 # The longest text the search for the sand edge considers (vLLM's longest context of the served models).
@@ -65,10 +72,13 @@ def sand_edge_tokens(model: CostModel) -> int:
     return low
 
 
-def light_step_budget(edge_tokens: int, token_budget: int, floor: float = LIGHT_STEP_FLOOR) -> int:
-    """The prefill tokens heavier classes may put into a light step: the sand edge (`sand_edge_tokens`)
-    on the served model, at least `floor` of the step's `token_budget` and at most all of it."""
-    return min(token_budget, max(edge_tokens, math.ceil(floor * token_budget), 1))
+def light_step_budget(
+    edge_tokens: int, token_budget: int, edges: float = LIGHT_STEP_EDGES, floor: float = LIGHT_STEP_FLOOR
+) -> int:
+    """The prefill tokens heavier classes may put into a light step: `edges` times the sand edge
+    (`sand_edge_tokens`) of the served model, at least `floor` of the step's `token_budget` and at
+    most all of it."""
+    return min(token_budget, max(math.ceil(edges * edge_tokens), math.ceil(floor * token_budget), 1))
 
 
 def prefill_steps_bound(prompt_tokens: int, budget: int) -> int:
@@ -96,7 +106,7 @@ def light_step(budget: int, sand_tokens: Iterable[int], heavier_prefills: Sequen
     return budget, list(heavier_prefills[1:])
 
 
-def may_start(level: int, encoder_work: bool, heavier_prefilling: bool) -> bool:
-    """Whether a waiting request may start in a light step: sand always; a heavier one only without
-    vision-encoder work to start and while no heavier request prefills in the step."""
-    return level == SAND or not (encoder_work or heavier_prefilling)
+def may_start(level: int, heavier_prefilling: bool) -> bool:
+    """Whether a waiting request may start in a light step: sand always; a heavier one only while no
+    heavier request prefills in the step."""
+    return level == SAND or not heavier_prefilling

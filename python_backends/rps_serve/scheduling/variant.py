@@ -36,7 +36,7 @@ class SchedulingVariant:
     `cost_order`: inside its class a request ranks as if it had arrived `cost_order` times its
     estimated prefill later (`rank_time`), 0 for arrival order; `light_steps`: while sand is present,
     heavier classes put at most `light_step_tokens` prefill tokens into a step
-    (`scheduling.light_steps`), 0 for the budget the served model's costs give (`light_budget`)."""
+    (`scheduling.light_steps`), 0 for the budget the engine's cost model gives (`light_budget`)."""
 
     policy: Policy
     evicts: bool = True
@@ -64,18 +64,17 @@ class SchedulingVariant:
 
     def light_budget(self, token_budget: int, model: CostModel | None = None) -> int:
         """The heavier classes' prefill tokens in a light step on an engine of `token_budget`-token
-        steps: from `light_step_tokens`, or where that is 0 from the sand edge of `model`, the cost
-        model that classes the engine's requests (`light_steps.light_step_budget`); 0 where light
+        steps: `light_step_tokens`, or where that is 0 the budget `model`'s sand edge gives (the cost
+        model that classes the engine's requests: `light_steps.light_step_budget`); 0 where light
         steps are off (under stock vLLM or an order without classes too: nothing tells sand there)."""
         row = self.policy.row
         if not self.light_steps or row.stock or not row.by_class:
             return 0
-        edge = self.light_step_tokens
-        if not edge:
-            if model is None:
-                raise ValueError("light steps need the sand edge: light_step_tokens or the cost model")
-            edge = sand_edge_tokens(model)
-        return light_step_budget(edge, token_budget)
+        if self.light_step_tokens:
+            return min(self.light_step_tokens, token_budget)
+        if model is None:
+            raise ValueError("light steps need their budget: light_step_tokens or the cost model")
+        return light_step_budget(sand_edge_tokens(model), token_budget)
 
     def rank_time(self, arrival: float, prefill_s: float) -> float:
         """The time a request ranks from in its class queue: its arrival, shifted by `cost_order`

@@ -31,7 +31,7 @@ class RPSConfig:
       estimated prefill later (`SchedulingVariant.rank_time`); 0 keeps arrival order.
     - `light_steps`: while sand is present, heavier classes put few prefill tokens into a step
       (`scheduling.light_steps`): `light_step_tokens` of them, or with 0 the budget the cost model
-      gives (the longest text it calls sand, at least a quarter of the step's token budget).
+      gives (twice the longest text it calls sand, at least a quarter of the step's token budget).
     - `aging_time_scale`: the aging clock as a multiple of the paper's seconds; None takes the cost
       model's report, or 1 without a cost model.
     - `observed_costs`: a JSON-lines file that gets a profile record of every completed prefill.

@@ -17,7 +17,7 @@ Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes
   (off by default);
 - while sand waits at the head of the queue or prefills, the step is a light one
   (`scheduling.light_steps`): heavier prefills put at most the light-step budget into it, one of them
-  at most, and none with new vision-encoder work starts;
+  at most;
 - `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
   (which runs with the priority policy) evicts the heaviest class first.
 Use `RPSScheduler` where async scheduling is off (CPU), `RPSAsyncScheduler` where it is on (GPU).
@@ -243,15 +243,15 @@ class _RPSMixin(Scheduler):
 
     def _light_starts(self, request: Request) -> bool:
         """Whether the best waiting request may start in a light step: the KV headroom lets it, and a
-        heavier one has no vision-encoder work and finds no heavier request prefilling in the step
-        (the running ones, and those this step admitted: vLLM's loop appends them to `running`)."""
+        heavier one finds no heavier request prefilling in the step (the running ones, and those this
+        step admitted: vLLM's loop appends them to `running`)."""
         if self._starts is not None and not self._starts(request):
             return False
         level = self.waiting.level
         heavier_prefilling = any(
             r.num_computed_tokens < r.num_prompt_tokens and level(r) != SAND for r in self.running
         )
-        return may_start(level(request), request.has_encoder_inputs, heavier_prefilling)
+        return may_start(level(request), heavier_prefilling)
 
     def _kv_headroom(self, reserve: float) -> Callable[[Request], bool] | None:
         """Whether a waiting request may start, where the policy keeps `reserve` of the KV cache free:

@@ -92,7 +92,7 @@ def kv_pressure(name: str, policy: Policy, sand_tokens: int = 4 * BLOCK_SIZE) ->
     )
 
 
-# The sand edge both engines size light steps by (the floor, a quarter of the token budget, is 64).
+# The light steps' budget in both engines.
 LIGHT_STEP_TOKENS = 80
 LIGHT_STEP_ARRIVALS = {
     "one heavier prefill a step, capped, beside unsplit sand": (
@@ -104,7 +104,7 @@ LIGHT_STEP_ARRIVALS = {
         Arrival(4, "sand-2", SAND, 30, max_tokens=2),
         Arrival(9, "sand-3", SAND, 40, max_tokens=2),
     ),
-    "no new encoder work of a heavier class, whatever prefills": (
+    "a heavier image starts only where no heavier request prefills": (
         Arrival(0, "sand-0", SAND, 30, max_tokens=8),
         Arrival(1, "image", PEBBLE, 200, image_tokens=64, max_tokens=2),
         Arrival(1, "sand-1", SAND, 60, max_tokens=2),
