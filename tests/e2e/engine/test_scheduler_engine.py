@@ -183,3 +183,26 @@ def test_a_rock_waits_for_the_sand_decoding_beside_it(
     assert driver.output_tokens == {"sand": 16, "rock": 2}
     assert (driver.first_token_step["rock"] > driver.finished_step["sand"]) is (hold_s > 0)
     assert (scheduler.holds > 0) is (hold_s > 0)
+
+
+@pytest.mark.parametrize("light_steps", [True, False], ids=["light-steps", "no-light-steps"])
+def test_sand_gets_a_light_step_beside_a_rocks_prefill(
+    tiny_model: Path, driver_for: Any, light_steps: bool
+) -> None:
+    """Under the shipped order with light steps (`scheduling.light_steps`), sand arriving while a rock
+    prefills in 64-token steps gets its first token before the rock's: the rock keeps at most the
+    light-step budget of that step. Without them the rock's chunks fill every step until its prefill
+    is done. Either way both complete."""
+    rps = {"light_steps": light_steps, "light_step_tokens": 16}
+    engine = make_engine(tiny_model, Policy.HEADROOM, max_num_batched_tokens=64, rps=rps)
+    scheduler = scheduler_of(engine)
+    driver = driver_for(engine)
+    driver.submit("rock", Modality.VIDEO, words=10, max_tokens=4)
+    driver.advance()
+    (rock,) = scheduler.running
+    assert 0 < rock.num_computed_tokens < rock.num_prompt_tokens - 128, "the rock's prefill is not chunked"
+    driver.submit("sand", Modality.TEXT, words=10, max_tokens=4)
+    driver.run()
+    assert driver.output_tokens == {"rock": 4, "sand": 4}
+    assert (driver.first_token_step["sand"] < driver.first_token_step["rock"]) is light_steps
+    assert (scheduler.light_steps > 0) is light_steps
