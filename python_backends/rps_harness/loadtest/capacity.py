@@ -105,15 +105,20 @@ BOUNDED_GROWTH = 0.1
 
 @dataclass(frozen=True)
 class Probe:
-    """One open-loop run at `rate`: how fast the requests in the system grew (per second)."""
+    """One open-loop run at `rate`: how fast the requests in the system grew (per second), how many
+    were in it at most (`peak_in_system`), and the most a probe may hold to count as bounded
+    (`max_in_system`, None for no limit)."""
 
     rate: float
     growth_per_s: float
     unfinished: int
+    peak_in_system: int = 0
+    max_in_system: int | None = None
 
     @property
     def bounded(self) -> bool:
-        return self.unfinished == 0 and self.growth_per_s < BOUNDED_GROWTH * self.rate
+        within = self.max_in_system is None or self.peak_in_system <= self.max_in_system
+        return self.unfinished == 0 and within and self.growth_per_s < BOUNDED_GROWTH * self.rate
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,10 @@ class OpenLoopCapacity:
         return any(p.bounded for p in self.probes) and any(not p.bounded for p in self.probes)
 
     def describe(self) -> str:
-        shown = ", ".join(f"{p.rate:.2f}/s {'bounded' if p.bounded else 'unbounded'}" for p in self.probes)
+        shown = ", ".join(
+            f"{p.rate:.2f}/s {'bounded' if p.bounded else 'unbounded'} (at most {p.peak_in_system} in)"
+            for p in self.probes
+        )
         if self.bracketed:
             above = min(p.rate for p in self.probes if not p.bounded)
             return f"{self.rate:.2f} req/s open loop, below {above:.2f} ({shown})"
@@ -155,12 +163,29 @@ def backlog_growth(records: RequestRecords) -> float:
     return float(np.polyfit(grid, in_system, 1)[0])
 
 
+def peak_in_system(records: RequestRecords) -> int:
+    """The most requests in the system (arrived, not finished) at once; one that never finished stays."""
+    arrivals = records.arrival_s[np.isfinite(records.arrival_s)]
+    if not arrivals.size:
+        return 0
+    finishes = records.finish_s[np.isfinite(records.finish_s)]
+    times = np.concatenate([arrivals, finishes])
+    # At equal times a finish leaves before an arrival counts (the sort puts -1 first).
+    moves = np.concatenate([np.ones(arrivals.size, dtype=np.int64), -np.ones(finishes.size, dtype=np.int64)])
+    order = np.lexsort((moves, times))
+    return int(np.cumsum(moves[order]).max())
+
+
 # Where every probe so far was bounded, the next probes this much higher.
 STEP_UP = 1.25
 
 
 def search_open_loop_capacity(
-    probe: Callable[[float], Replayed], ceiling: float, probes: int, low_fraction: float = 0.5
+    probe: Callable[[float], Replayed],
+    ceiling: float,
+    probes: int,
+    low_fraction: float = 0.5,
+    max_in_system: int | None = None,
 ) -> OpenLoopCapacity:
     """Bracket, then bisect, the highest rate whose backlog stays bounded, with `probes` open-loop
     runs (`probe(rate)` replays a fresh Poisson workload at that rate).
@@ -171,17 +196,25 @@ def search_open_loop_capacity(
     `ceiling`) and the lowest unbounded one. Where the last probe is due and none so far was bounded,
     it runs at that low end instead: the rate the loads are sized from is then one a probe saw, not
     a guess taken for a lower bound (45 s of a mix with rare heavy requests can read a rate well
-    below capacity as growing, and bisecting down from such probes brackets nothing)."""
+    below capacity as growing, and bisecting down from such probes brackets nothing).
+
+    `max_in_system`: a probe that ever held more requests than this counts as unbounded too, however
+    its backlog grew: a server that refuses requests past an admission limit refuses them in the
+    bursts of longer runs near a rate whose short probe came close to the limit."""
     bounded_at, unbounded_at = low_fraction * ceiling, math.inf
     rate, taken = ceiling, []
     for _ in range(probes):
         replayed = probe(rate)
-        result = Probe(rate, backlog_growth(replayed.records), replayed.tally.sent - replayed.tally.completed)
+        records = replayed.records
+        unfinished = replayed.tally.sent - replayed.tally.completed
+        result = Probe(rate, backlog_growth(records), unfinished, peak_in_system(records), max_in_system)
         taken.append(result)
         logger.info(
-            "open-loop probe at %.2f req/s: backlog grew %.3f req/s, %d unfinished (%s)",
+            "open-loop probe at %.2f req/s: backlog grew %.3f req/s, at most %d in the system, "
+            "%d unfinished (%s)",
             rate,
             result.growth_per_s,
+            result.peak_in_system,
             result.unfinished,
             "bounded" if result.bounded else "unbounded",
         )

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rps_harness.client import Tally
-from rps_harness.loadtest.capacity import backlog_growth, search_open_loop_capacity
+from rps_harness.loadtest.capacity import backlog_growth, peak_in_system, search_open_loop_capacity
 from rps_harness.loadtest.replay import Replayed
 from rps_harness.metrics import RequestRecords
 
@@ -104,3 +104,21 @@ def test_the_low_end_is_probed_only_by_the_last_probe() -> None:
     found = search_open_loop_capacity(_verdicts(bounded_from=3.0), ceiling=4.0, probes=4)
     assert [p.rate for p in found.probes] == [4.0, 3.0, 3.5, 3.25]
     assert found.bracketed and found.rate == 3.0
+
+
+def test_the_peak_counts_requests_arrived_and_not_finished() -> None:
+    arrivals = np.array([0.0, 1.0, 2.0, 3.0])
+    finish = np.array([2.0, 2.5, np.nan, 3.5])  # the third never finished; a finish at 2.0 leaves first
+    records = RequestRecords(arrivals, finish, finish, np.ones(4), np.zeros(4, int), np.zeros(4, int))
+    assert peak_in_system(records) == 2
+
+
+def test_a_probe_that_came_near_the_admission_limit_is_not_bounded() -> None:
+    """The same stable queue, searched with a limit on the requests in the system: the rates whose
+    probes held more than it count as unbounded, so the capacity comes out lower."""
+    free = search_open_loop_capacity(_probe([]), ceiling=3.0, probes=5)
+    peaks = {p.rate: p.peak_in_system for p in free.probes}
+    limit = min(peaks[r] for r in peaks if r <= free.rate) - 1
+    limited = search_open_loop_capacity(_probe([]), ceiling=3.0, probes=5, max_in_system=limit)
+    assert limited.rate < free.rate
+    assert all(p.bounded == (p.peak_in_system <= limit and p.rate <= free.rate) for p in limited.probes)
