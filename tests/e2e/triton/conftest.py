@@ -166,6 +166,11 @@ def generate(server: Server, model: str, generation: Generation) -> tuple[int, s
         body[p.IMAGE] = [item.decode() for item in tensors[p.IMAGE]]
     if p.VIDEO in tensors:
         body[p.VIDEO] = tensors[p.VIDEO][0].decode()
+    return post_generate(server, model, body)
+
+
+def post_generate(server: Server, model: str, body: Mapping[str, object]) -> tuple[int, str]:
+    """A JSON body to HTTP `generate`, as written; the status code and the reply."""
     request = urllib.request.Request(
         f"http://{server.endpoints.http_url}/v2/models/{model}/generate",
         data=json.dumps(body).encode(),
