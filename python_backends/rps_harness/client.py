@@ -149,7 +149,8 @@ class StreamClient:
     With `silence_timeout_s`, a request that has heard nothing (no response, no error) for that long
     since it was sent or last answered ends with an error of the client's (`protocol.SILENCE`), checked
     while `wait` and `wait_all` wait: Triton 2.51 never ends a decoupled model's requests whose stub
-    died (docs/limits-and-guarantees.md), so without it such a stream stays open for good. Choose it
+    died (docs/limits-and-guarantees.md; python_backend up to r26.07 the same), so without it such a
+    stream stays open for good. Choose it
     above the longest silence a healthy request can have (its queueing and prefill, or a whole
     non-streamed generation).
     """

@@ -4,7 +4,9 @@ Exit status 0 when the check passes, 1 (with the reason on stderr) when it fails
 local HTTP request, a health request to `vllm_model` (`protocol.HEALTH`), which its stub answers at
 once, whatever the load, with its engine's state (`engine_supervisor.EngineState`). A dead stub cannot
 answer: Triton 2.51 keeps its model "ready" but answers for it "Stub process ... is not healthy"; a
-stub that does not answer within `TIMEOUT_S` fails the check as well.
+stub that does not answer within `TIMEOUT_S` fails the check as well. (Later releases report such a
+model not ready, python_backend r25.12, and ask `vllm_model.is_ready()`, r26.03, the image's 26.10
+among them; the probes stay there: readiness cannot tell a restart in place from a dead replica.)
 - `ready`: `vllm_model` can serve now: its stub answers and its engine serves. It fails while the
   engine restarts in place (requests are refused then as retryable), so traffic goes elsewhere.
 - `live`: the replica serves, or will serve again by itself: its stub answers and its engine serves

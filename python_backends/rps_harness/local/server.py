@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.process_tree import process_tree
+from rps_serve.triton.server_release import CONTAINER_VERSION_ENV, SERVER_VERSION_ENV
 from rps_serve.triton.settings import (
     ENGINE_ARGS_ENV,
     FRONT_END_ENV,
@@ -113,6 +114,10 @@ def free_port(taken: frozenset[int] = frozenset()) -> int:
             return chosen
 
 
+# The tritonserver that nvidia-pytriton 0.7.0 (pyproject's `triton` extra) ships.
+BUNDLED_SERVER_VERSION = "2.51.0"
+
+
 def _pytriton_tree() -> Path:
     try:
         import pytriton
@@ -150,6 +155,9 @@ def server_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]
     env = dict(os.environ)
     env.setdefault("MALLOC_ARENA_MAX", "2")
     env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
+    # Named as NVIDIA's containers name theirs, for the models' start-up line (triton.server_release).
+    env[SERVER_VERSION_ENV] = BUNDLED_SERVER_VERSION
+    env.pop(CONTAINER_VERSION_ENV, None)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (str(libs), libpython, env.get("LD_LIBRARY_PATH", "")) if p
     )

@@ -37,6 +37,8 @@ def requested_outputs(
 
     Triton 2.51's Python backend prunes unrequested outputs after releasing the GIL, freeing their numpy
     arrays without it (fixed in 2.53): under load that corrupts the stub's heap, so none may be sent.
+    Triton 2.53 (container 24.12, python_backend PR #390) and later, 26.10 among them, hold the GIL
+    there; kept on every release, as building only what was asked for costs nothing.
     """
     tensors = []
     for name, value in outputs.items():

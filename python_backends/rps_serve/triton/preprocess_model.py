@@ -17,6 +17,7 @@ from rps_serve.triton import protocol as p
 from rps_serve.triton.backend import error_response, requested_outputs, tensor_getter
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
+from rps_serve.triton.server_release import log_triton_release
 from rps_serve.triton.settings import load_settings
 from rps_serve.triton.triton_log import log_to_triton
 
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
         log_to_triton(pb_utils)
+        log_triton_release()  # once per server: the repository loads one preprocess instance
         settings = load_settings(Path(args["model_repository"]).parent)
         counter = PromptTokenCounter(settings.model)
         self.preprocessor = Preprocessor(counter, settings.media)

@@ -10,7 +10,8 @@ thread that is not the process's last).
 `vllm_model` follows tritonserver too, but not from a thread of its own: Triton 2.51's stub checks its
 parent only between health updates, and once the server is gone any thread that reaches the server
 (a response, a log record through `pb_utils.Logger`) can block for good, holding the interpreter with
-it. So the stub starts a watcher process that reads the stub's parent from `/proc` and ends the stub's
+it (no later python_backend release we read, up to r26.07, changes that check; kept on 26.10).
+So the stub starts a watcher process that reads the stub's parent from `/proc` and ends the stub's
 tree from outside, needing nothing from the stub. The watcher also outlives a stub that dies on its
 own (SIGKILL, the OOM killer): it keeps a list of the stub's descendants and ends those the stub
 left. The stock-vLLM engines a stub serves as baselines need it, as their engine cores run no RPS
