@@ -198,6 +198,14 @@ def test_the_server_serves_http_grpc_and_metrics() -> None:
     assert int(flags["interval"].removesuffix("s")) * int(flags["retries"]) <= REPLACE_WITHIN_S
 
 
+def test_the_server_lets_vllm_model_unload_itself() -> None:
+    """`vllm_model` asks Triton to unload it once its engine cannot be restarted; Triton acts on that
+    only under explicit model control, and then loads at start only what `--load-model` names: `*`,
+    alone, is every model of the repository."""
+    assert _flag("model-control-mode") == "explicit"
+    assert [a for a in CMD if a.startswith("--load-model")] == ["--load-model=*"]
+
+
 def test_compose_serves_each_config_on_its_gpus() -> None:
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
@@ -214,6 +222,17 @@ def test_compose_serves_each_config_on_its_gpus() -> None:
         assert published == set(SERVED_PORTS.values()), name
         assert service["healthcheck"]["test"] == ["CMD", *LIVE], name
         assert any(volume.endswith(":/models:ro") for volume in service["volumes"])
+
+
+_UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9}
+
+
+def _quantity(value: str | int) -> float:
+    """A Kubernetes quantity (`64Gi`, `500m`, `8`) as a number."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(m|[KMGT]i|[kMGT])?", str(value))
+    assert match, value
+    number, unit = float(match[1]), match[2] or ""
+    return number / 1000 if unit == "m" else number * _UNITS[unit]
 
 
 def _k8s() -> dict[str, dict[str, Any]]:
@@ -252,7 +271,20 @@ def test_k8s_runs_several_replicas_with_the_probes(k8s: dict[str, dict[str, Any]
     # Stopped, the server waits this long for requests in flight (a dead stub's never end), then exits.
     assert pod["spec"]["terminationGracePeriodSeconds"] >= int(_flag("exit-timeout-secs"))
     config = container["image"].rsplit(":", 1)[1]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == _tensor_parallel(config)
+    resources = container["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == _tensor_parallel(config)
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"]
+    assert _quantity(resources["requests"]["cpu"]) >= 1
+    # /dev/shm is memory-backed: the pod's memory holds it beside the processes.
+    shm_limit = next(v for v in pod["spec"]["volumes"] if v["name"] == "dshm")["emptyDir"]["sizeLimit"]
+    assert _quantity(resources["requests"]["memory"]) > _quantity(shm_limit)
+    assert _quantity(resources["limits"]["memory"]) >= _quantity(resources["requests"]["memory"])
+    # Stopped, the pod first leaves the Service while it still serves, then the server drains what is in
+    # flight: both within the grace period, after which the kubelet kills.
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep" and int(pre_stop[1]) >= 5
+    drain_s = int(pre_stop[1]) + int(_flag("exit-timeout-secs"))
+    assert pod["spec"]["terminationGracePeriodSeconds"] >= drain_s
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
