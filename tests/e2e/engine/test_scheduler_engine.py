@@ -142,6 +142,21 @@ def test_supplied_class_wins_over_the_engine_estimate(tiny_model: Path, driver_f
     assert driver.first_token_order() == ["video-said-sand", "plain-image", "text-said-rock"]
 
 
+def _sand_behind_a_chunked_rock(engine: Any, driver_for: Any) -> Any:
+    """A rock part-way through its prefill in 64-token steps, then sand: both run to completion.
+    Returns the driver, whose steps say who got a first token when."""
+    scheduler = scheduler_of(engine)
+    driver = driver_for(engine)
+    driver.submit("rock", Modality.VIDEO, words=10, max_tokens=4)
+    driver.advance()
+    (rock,) = scheduler.running
+    assert 0 < rock.num_computed_tokens < rock.num_prompt_tokens - 128, "the rock's prefill is not chunked"
+    driver.submit("sand", Modality.TEXT, words=10, max_tokens=4)
+    driver.run()
+    assert driver.output_tokens == {"rock": 4, "sand": 4}
+    return driver
+
+
 @pytest.mark.parametrize("yield_prefills", [True, False], ids=["yielding", "not-yielding"])
 def test_a_running_prefill_sits_out_for_sand_that_outranks_it(
     tiny_model: Path, driver_for: Any, yield_prefills: bool
@@ -152,18 +167,10 @@ def test_a_running_prefill_sits_out_for_sand_that_outranks_it(
     engine = make_engine(
         tiny_model, Policy.RPS, max_num_batched_tokens=64, rps={"yield_prefills": yield_prefills}
     )
-    scheduler = scheduler_of(engine)
-    driver = driver_for(engine)
-    driver.submit("rock", Modality.VIDEO, words=10, max_tokens=4)
-    driver.advance()
-    (rock,) = scheduler.running
-    assert 0 < rock.num_computed_tokens < rock.num_prompt_tokens - 128, "the rock's prefill is not chunked"
-    driver.submit("sand", Modality.TEXT, words=10, max_tokens=4)
-    driver.run()
-    assert driver.output_tokens == {"rock": 4, "sand": 4}
+    driver = _sand_behind_a_chunked_rock(engine, driver_for)
     sand_first = driver.first_token_step["sand"] < driver.first_token_step["rock"]
     assert sand_first is yield_prefills
-    assert (scheduler.yielded > 0) is yield_prefills
+    assert (scheduler_of(engine).yielded > 0) is yield_prefills
 
 
 @pytest.mark.parametrize("hold_s", [5.0, 0.0], ids=["holding", "not-holding"])
@@ -192,17 +199,9 @@ def test_sand_gets_a_light_step_beside_a_rocks_prefill(
     """Under the shipped order with light steps (`scheduling.light_steps`), sand arriving while a rock
     prefills in 64-token steps gets its first token before the rock's: the rock keeps at most the
     light-step budget of that step. Without them the rock's chunks fill every step until its prefill
-    is done. Either way both complete."""
+    is done."""
     rps = {"light_steps": light_steps, "light_step_tokens": 16}
     engine = make_engine(tiny_model, Policy.HEADROOM, max_num_batched_tokens=64, rps=rps)
-    scheduler = scheduler_of(engine)
-    driver = driver_for(engine)
-    driver.submit("rock", Modality.VIDEO, words=10, max_tokens=4)
-    driver.advance()
-    (rock,) = scheduler.running
-    assert 0 < rock.num_computed_tokens < rock.num_prompt_tokens - 128, "the rock's prefill is not chunked"
-    driver.submit("sand", Modality.TEXT, words=10, max_tokens=4)
-    driver.run()
-    assert driver.output_tokens == {"rock": 4, "sand": 4}
+    driver = _sand_behind_a_chunked_rock(engine, driver_for)
     assert (driver.first_token_step["sand"] < driver.first_token_step["rock"]) is light_steps
-    assert (scheduler.light_steps > 0) is light_steps
+    assert (scheduler_of(engine).light_steps > 0) is light_steps
