@@ -27,7 +27,8 @@ def candidate_of(policies: Iterable[str]) -> str:
 # What the candidate is to achieve against each baseline, per mix (its metric over the baseline's at
 # most this); a target is met only where the ratio's whole 95% interval is. Against FCFS, the paper's
 # comparisons; against stock priority by modality, what a user gets from one line of vLLM
-# configuration: the class order must not cost texts (text P90 <= 1) and must pay off in sand.
+# configuration: the class order must not cost texts (text P90 <= 1) and must pay off in sand; light
+# steps (sand P90 <= 0.6 on cost-vs-modality) must not cost videos more than 15% of FCFS's wait.
 TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {
     "mixed-iii": (
         ("fcfs", "text P90 TTFT", 0.75),
@@ -37,8 +38,9 @@ TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {
     ),
     "cost-vs-modality": (
         ("modality-priority", "normalized latency mean", 0.85),
-        ("modality-priority", "sand P90 TTFT", 0.75),
+        ("modality-priority", "sand P90 TTFT", 0.6),
         ("modality-priority", "text P90 TTFT", 1.0),
+        ("fcfs", "video mean TTFT", 1.15),
     ),
 }
 # Targets taken back, per mix (baseline, metric): why, as the claims page states it. A withdrawn
