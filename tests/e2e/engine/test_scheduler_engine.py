@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rps_serve.requests import Modality, RequestClass
+from rps_serve.scheduling.light_steps import prefill_steps_bound
 from rps_serve.scheduling.parameters import PAPER_PARAMETERS, Policy
 from rps_serve.scheduling.regulator import outrank_wait_s
 from tests.e2e.engine.conftest import BLOCK_SIZE, make_engine, scheduler_of
@@ -142,15 +143,17 @@ def test_supplied_class_wins_over_the_engine_estimate(tiny_model: Path, driver_f
     assert driver.first_token_order() == ["video-said-sand", "plain-image", "text-said-rock"]
 
 
-def _sand_behind_a_chunked_rock(engine: Any, driver_for: Any) -> Any:
-    """A rock part-way through its prefill in 64-token steps, then sand: both run to completion.
-    Returns the driver, whose steps say who got a first token when."""
+def _sand_behind_a_chunked_rock(engine: Any, driver_for: Any, rock_left: int = 128) -> Any:
+    """A rock with more than `rock_left` prompt tokens left after its first chunk, then sand: both
+    run to completion. Returns the driver, whose steps say who got a first token when."""
     scheduler = scheduler_of(engine)
     driver = driver_for(engine)
     driver.submit("rock", Modality.VIDEO, words=10, max_tokens=4)
     driver.advance()
     (rock,) = scheduler.running
-    assert 0 < rock.num_computed_tokens < rock.num_prompt_tokens - 128, "the rock's prefill is not chunked"
+    assert 0 < rock.num_computed_tokens < rock.num_prompt_tokens - rock_left, (
+        "the rock's prefill is not chunked"
+    )
     driver.submit("sand", Modality.TEXT, words=10, max_tokens=4)
     driver.run()
     assert driver.output_tokens == {"rock": 4, "sand": 4}
@@ -192,16 +195,54 @@ def test_a_rock_waits_for_the_sand_decoding_beside_it(
     assert (scheduler.holds > 0) is (hold_s > 0)
 
 
+# Light steps on a real engine: 128-token steps, a budget of 48 for heavier prefills beside sand of
+# about 25 tokens (`_short_sand` checks it), so that a light step holds the sand whole and the rock's
+# capped chunk.
+LIGHT = {"max_num_batched_tokens": 128}
+LIGHT_BUDGET = 48
+
+
+def _short_sand(scheduler: Any, request_id: str) -> None:
+    """The engine's request of `request_id` (vLLM suffixes the ids it is given) fits beside the budget."""
+    (tokens,) = [
+        r.num_prompt_tokens for key, r in scheduler.requests.items() if key.startswith(f"{request_id}-")
+    ]
+    assert tokens + LIGHT_BUDGET <= LIGHT["max_num_batched_tokens"], f"sand of {tokens} tokens"
+
+
 @pytest.mark.parametrize("light_steps", [True, False], ids=["light-steps", "no-light-steps"])
 def test_sand_gets_a_light_step_beside_a_rocks_prefill(
     tiny_model: Path, driver_for: Any, light_steps: bool
 ) -> None:
     """Under the shipped order with light steps (`scheduling.light_steps`), sand arriving while a rock
-    prefills in 64-token steps gets its first token before the rock's: the rock keeps at most the
-    light-step budget of that step. Without them the rock's chunks fill every step until its prefill
-    is done."""
-    rps = {"light_steps": light_steps, "light_step_tokens": 16}
-    engine = make_engine(tiny_model, Policy.HEADROOM, max_num_batched_tokens=64, rps=rps)
-    driver = _sand_behind_a_chunked_rock(engine, driver_for)
+    prefills gets its first token before the rock's: the rock keeps at most the light-step budget of
+    that step, beside the sand. Without them the rock's chunks fill every step until its prefill is
+    done."""
+    rps = {"light_steps": light_steps, "light_step_tokens": LIGHT_BUDGET}
+    engine = make_engine(tiny_model, Policy.HEADROOM, rps=rps, **LIGHT)
+    driver = _sand_behind_a_chunked_rock(engine, driver_for, rock_left=LIGHT["max_num_batched_tokens"])
     assert (driver.first_token_step["sand"] < driver.first_token_step["rock"]) is light_steps
     assert (scheduler_of(engine).light_steps > 0) is light_steps
+
+
+def test_a_rock_keeps_the_light_step_budget_under_a_stream_of_sand(tiny_model: Path, driver_for: Any) -> None:
+    """The floor: with new sand in every step, every step is a light one, and a running rock still
+    gets the budget of each until its prefill is done, so its first token comes within
+    `prefill_steps_bound` steps of its start, the bound the budget buys."""
+    engine = make_engine(
+        tiny_model, Policy.HEADROOM, rps={"light_steps": True, "light_step_tokens": LIGHT_BUDGET}, **LIGHT
+    )
+    scheduler = scheduler_of(engine)
+    driver = driver_for(engine)
+    driver.submit("rock", Modality.VIDEO, words=10, max_tokens=2)
+    driver.advance()
+    (rock,) = scheduler.running
+    left = rock.num_prompt_tokens - rock.num_computed_tokens
+    assert left > LIGHT_BUDGET, "the rock's prefill is not chunked"
+    for i in range(prefill_steps_bound(left, LIGHT_BUDGET)):
+        driver.submit(f"sand-{i}", Modality.TEXT, words=10, max_tokens=2)
+        driver.advance()
+        _short_sand(scheduler, f"sand-{i}")
+    assert "rock" in driver.first_token_step, "the rock's prefill outlasted its bound"
+    driver.run()
+    assert scheduler.light_steps >= prefill_steps_bound(left, LIGHT_BUDGET)
