@@ -7,12 +7,16 @@ import json
 import shlex
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rps_harness.cli import claims as claims_cli
 from rps_harness.comparison import ratio_rows
 from rps_harness.loadtest.claims import (
+    CAPACITY_MARK,
+    CAPACITY_NOTE,
+    DIRTY_MARK,
     PAGE_LINES,
     WORD_TEXTS_LABEL,
     WORD_TEXTS_NOTE,
@@ -61,7 +65,7 @@ def _summary(recorded_rps: float, targets: tuple[str, ...] = TEXT_P90_TARGET) ->
             "repeats": 3,
             "requests": 200,
         },
-        "open_loop": {"described": "2.00 req/s open loop, below 2.50"},
+        "open_loop": {"described": "2.00 req/s open loop, below 2.50 (2.50/s unbounded, 2.00/s bounded)"},
         "loads": [
             {
                 "rate": 1.8,
@@ -152,18 +156,76 @@ def test_the_claims_page_holds_each_claims_latest_run_in_one_row() -> None:
         }
     )
     rows = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
-    assert rows == [
+    assert [row.replace(DIRTY_MARK, "D") for row in rows] == [
         "| cost-vs-modality at 0.9x | rps / fcfs | text P90 TTFT | <= 0.75x | 1.00x [1.00, 1.00] | 3 "
-        "| not met | [2026-12-04 10:00](runs/newer.json) | c1 |",
+        f"| not met | 1.80 req/s | {_run_cell(1)} |",
         "| cost-vs-modality at 0.9x, chunk_cap_tokens 2048 | rps / fcfs | text P90 TTFT | <= 0.75x "
-        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-06 10:00](runs/variant.json) | c2 |",
+        f"| 0.50x [0.50, 0.50] | 3 | met | 1.80 req/s | {_run_cell(2)} |",
         "| cost-vs-modality at 0.9x, num_gpu_blocks_override 96 | rps / fcfs | text P90 TTFT | <= 0.75x "
-        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-02 10:00](runs/kv.json) | c3 |",
+        f"| 0.50x [0.50, 0.50] | 3 | met | 1.80 req/s | {_run_cell(3)} |",
         "| cost-vs-modality at 0.9x, repository repo-nohold | rps / fcfs | text P90 TTFT | <= 0.75x "
-        "| 0.50x [0.50, 0.50] | 3 | met | [2026-12-05 10:00](runs/nohold.json) | c4 |",
+        f"| 0.50x [0.50, 0.50] | 3 | met | 1.80 req/s | {_run_cell(4)} |",
     ]
-    assert "- c3: `rps-serve demo --engine-args '{\"num_gpu_blocks_override\": 96}'`" in page
+    runs = [line for line in page.splitlines() if line.startswith("- r")]
+    assert runs[2].startswith("- r3: [2026-12-02 10:00](runs/kv.json), `")
+    assert runs[2].endswith(": `rps-serve demo --engine-args '{\"num_gpu_blocks_override\": 96}'`")
     assert "[the run log](log.md)" in page
+
+
+def _run_cell(number: int) -> str:
+    """The run column as this checkout's records write it: dirty while its tree has changes."""
+    return f"r{number}" + (", D" if commit_of(CHECKOUT).endswith("-dirty") else "")
+
+
+def _with(
+    record: dict, commit: str = "abc123", rate: float = 1.8, bracketed: bool = True, **fields: Any
+) -> dict:
+    """`record` from `commit`, its load at `rate` (0.9x of the capacity searched) and its capacity
+    search's probes in `fields["capacity"]`."""
+    (load,) = record["loads"]
+    return (
+        record
+        | {"commit": commit, "loads": [load | {"rate": rate, "capacity_bracketed": bracketed}]}
+        | fields
+    )
+
+
+def test_each_row_names_its_load_and_its_runs_machine_commit_capacity_and_command() -> None:
+    record = _with(_record(0.5, "2026-12-06 10:00 UTC"), commit="abc123")
+    record["machine"] = {"cpu": "AMD EPYC", "cores": 2, "memory_gib": 23.5, "vector": "AVX-512"}
+    page = claims_page({"runs/run.json": record})
+    (row,) = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
+    assert row.endswith("| met | 1.80 req/s | r1 |")
+    assert (
+        "- r1: [2026-12-06 10:00](runs/run.json), `abc123`, AMD EPYC (2 cores, AVX-512), capacity 2.00 to "
+        "2.50 req/s (no usual: too few records): `rps-serve demo`"
+    ) in page
+
+
+def test_a_dirty_commit_and_an_unbracketed_capacity_are_marked_in_the_row() -> None:
+    dirty = _with(_record(0.5, "2026-12-06 10:00 UTC"), commit="abc123-dirty", bracketed=False)
+    (row,) = [
+        line for line in claims_page({"runs/run.json": dirty}).splitlines() if line.startswith("| cost")
+    ]
+    assert row.endswith("| 1.80 req/s (unbracketed) | r1, dirty |")
+
+
+def test_a_capacity_off_its_workloads_usual_by_more_than_the_spread_is_marked() -> None:
+    def run(day: int, low: float, high: float) -> dict:
+        probes = f"{low:.2f} req/s open loop, below {high:.2f} ({high:.2f}/s unbounded, {low:.2f}/s bounded)"
+        return _with(_record(0.5, f"2026-12-0{day} 10:00 UTC"), rate=0.9 * low, capacity=probes)
+
+    usual = {f"runs/{day}.json": run(day, 2.0 + 0.05 * day, 2.5 + 0.05 * day) for day in range(1, 5)}
+    slow = run(5, 1.0, 1.2)  # the latest run: its row is on the page
+    page = claims_page({**usual, "runs/5.json": slow})
+    (row,) = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
+    assert row.endswith(f"| r1, {CAPACITY_MARK} |")
+    assert CAPACITY_NOTE in page
+    assert "capacity 1.00 to 1.20 req/s (usual 2.10 ± 0.07)" in page
+    # Within the spread, or a workload of fewer records than make a spread: no mark.
+    page = claims_page({**usual, "runs/5.json": run(5, 2.1, 2.6)})
+    assert CAPACITY_MARK not in page
+    assert CAPACITY_MARK not in claims_page({"runs/1.json": usual["runs/1.json"], "runs/5.json": slow})
 
 
 def test_runs_with_texts_sized_in_words_keep_their_own_marked_claims() -> None:
@@ -175,7 +237,12 @@ def test_runs_with_texts_sized_in_words_keep_their_own_marked_claims() -> None:
         "| cost-vs-modality at 0.9x",
         f"| cost-vs-modality at 0.9x ({WORD_TEXTS_LABEL})",
     ]
-    assert "(runs/old.json)" in rows[1] and "(runs/new.json)" in rows[0]
+    assert rows[0].endswith(_run_cell(1).replace("D", DIRTY_MARK) + " |")
+    assert rows[1].endswith(_run_cell(2).replace("D", DIRTY_MARK) + " |")
+    assert (
+        "- r1: [2026-12-04 10:00](runs/new.json)" in page
+        and "- r2: [2026-12-01 10:00](runs/old.json)" in page
+    )
     assert WORD_TEXTS_NOTE in page
     assert WORD_TEXTS_NOTE not in claims_page({"runs/new.json": new})
     assert f"- request texts: {WORD_TEXTS_NOTE}" in log_page({"runs/old.json": old})
@@ -189,7 +256,7 @@ def test_a_withdrawn_target_says_why_and_a_refused_one_says_why_not() -> None:
     page = claims_page({"runs/run.json": _record(0.5, "2026-12-06 10:00 UTC", targets=targets)})
     refused, withdrawn = [line for line in page.splitlines() if line.startswith("| cost-vs-modality")]
     assert "| short-text P90 TTFT | <= 0.8x | (seed 0: 0 values, " in withdrawn
-    assert withdrawn.endswith("| 3 | withdrawn | [2026-12-06 10:00](runs/run.json) | c1 |")
+    assert withdrawn.replace(DIRTY_MARK, "D").endswith(f"| 3 | withdrawn | 1.80 req/s | {_run_cell(1)} |")
     assert "values, video P99 TTFT needs 300) | 3 | not measured |" in refused
     assert "- cost-vs-modality at 0.9x, short-text P90 TTFT against vllm-priority: the demo's runs" in page
 
