@@ -271,7 +271,8 @@ def ratio_rows(
 # The starvation guarantee of a policy without an aging clock (docs/limits-and-guarantees.md): in every
 # run, each class's longest wait for its first token is at most this multiple of its longest under the
 # better stock priority on the same trace, plus the policy's decode hold where it has one (a hold adds
-# at most its length to a request's wait, `scheduling.holding`; stock vLLM holds nothing). One run's
+# at most its length to a request's wait, `scheduling.holding`; stock vLLM holds nothing), the margin
+# stretched by the policy's light steps where it has them (`light_steps.wait_stretch`). One run's
 # longest wait is one request's: the margin covers a request that the class order hands a busier step,
 # not a trend.
 STOCK_WAIT_MARGIN = 1.25
@@ -292,17 +293,19 @@ def longest_ttft_per_class(records: RequestRecords) -> dict[str, float]:
 @dataclass(frozen=True)
 class WaitCheck:
     """One run's longest wait of one class under a policy against the better stock priority's, with
-    the policy's decode hold (`hold_s`) allowed once."""
+    the policy's decode hold (`hold_s`) allowed once and its light steps' stretch (`stretch`,
+    `light_steps.wait_stretch`) applied to the margin."""
 
     run: int
     label: str
     policy_s: float
     stock_s: float
     hold_s: float = 0.0
+    stretch: float = 1.0
 
     @property
     def bound_s(self) -> float:
-        return STOCK_WAIT_MARGIN * self.stock_s + self.hold_s
+        return STOCK_WAIT_MARGIN * self.stretch * self.stock_s + self.hold_s
 
     @property
     def holds(self) -> bool:
@@ -310,11 +313,15 @@ class WaitCheck:
 
 
 def wait_checks(
-    candidate: Sequence[RequestRecords], stock: Mapping[str, Sequence[RequestRecords]], hold_s: float = 0.0
+    candidate: Sequence[RequestRecords],
+    stock: Mapping[str, Sequence[RequestRecords]],
+    hold_s: float = 0.0,
+    stretch: float = 1.0,
 ) -> list[WaitCheck]:
     """The guarantee per run (paired by index: the same trace) and class that got a first token under
     the candidate, against the shortest longest wait of the `stock` policies' runs (infinite where
-    none of them gave that class a first token), the candidate's decode hold `hold_s` allowed once."""
+    none of them gave that class a first token), the candidate's decode hold `hold_s` allowed once and
+    the margin of the heavier classes stretched by its light steps' `stretch`."""
     checks = []
     for run, records in enumerate(candidate):
         mine = longest_ttft_per_class(records)
@@ -322,5 +329,6 @@ def wait_checks(
         for label, policy_s in mine.items():
             if math.isfinite(policy_s):
                 stock_s = min((t[label] for t in theirs if math.isfinite(t[label])), default=math.inf)
-                checks.append(WaitCheck(run, label, policy_s, stock_s, hold_s))
+                heavier = label != RequestClass.SAND.label  # light steps never slow sand
+                checks.append(WaitCheck(run, label, policy_s, stock_s, hold_s, stretch if heavier else 1.0))
     return checks

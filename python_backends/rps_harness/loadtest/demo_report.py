@@ -18,9 +18,10 @@ from rps_harness.loadtest.demo_records import DemoRuns, LoadRuns, run_speed, spe
 from rps_harness.loadtest.tables import formatted, seconds
 from rps_harness.metrics import grouped_metrics
 from rps_harness.sim.simulator import served_settings
-from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale
+from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale, cost_model_at
 from rps_serve.cost.training import fit_of_report
 from rps_serve.requests import Modality
+from rps_serve.scheduling.light_steps import wait_stretch
 from rps_serve.scheduling.parameters import Order
 from rps_serve.triton.settings import SETTINGS_FILE, read_settings
 from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
@@ -53,11 +54,18 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
         longest = ", ".join(seconds(float(np.nanmax(v)) if np.isfinite(v).any() else None) for v in videos)
         lines.append(f"{policy}: longest video TTFT per run (s): {longest}")
     scale = aging_time_scale(repository)
-    rps = read_settings(repository / SETTINGS_FILE, repository).rps
-    hold_s = RPSConfig.from_additional_config({CONFIG_KEY: rps}).decode_hold_s * scale
-    if served_settings(load.candidate)[0].row.order is Order.STATIC_AND_AGING:
+    settings = read_settings(repository / SETTINGS_FILE, repository)
+    candidate, served = served_settings(load.candidate)
+    rps = RPSConfig.from_additional_config(
+        {CONFIG_KEY: {**settings.rps, **served, "policy": candidate.value}}
+    )
+    hold_s = rps.decode_hold_s * scale
+    if candidate.row.order is Order.STATIC_AND_AGING:
         return lines + _starvation_bound_lines(load, scale, hold_s)
-    return lines + _stock_wait_lines(load, hold_s)
+    token_budget = int(settings.engine_args.get("max_num_batched_tokens", 0))
+    light = rps.light_steps and token_budget > 0
+    light_budget = rps.variant.light_budget(token_budget, cost_model_at(repository)) if light else 0
+    return lines + _stock_wait_lines(load, hold_s, wait_stretch(token_budget, light_budget))
 
 
 def _starvation_bound_lines(load: LoadRuns, scale: float, hold_s: float) -> list[str]:
@@ -81,7 +89,7 @@ def _within_bounds(per_run: Sequence[tuple[float, float]], bound_format: str = "
     return f"{shown} ({'every run within it' if not over else f'{over} of {len(per_run)} runs over it'}"
 
 
-def _stock_wait_lines(load: LoadRuns, hold_s: float) -> list[str]:
+def _stock_wait_lines(load: LoadRuns, hold_s: float, stretch: float) -> list[str]:
     stock = {
         policy: [run.bench.records for run in runs]
         for policy, runs in load.runs.items()
@@ -89,12 +97,13 @@ def _stock_wait_lines(load: LoadRuns, hold_s: float) -> list[str]:
     }
     if not stock:
         return [f"{load.candidate}: no stock priority ran beside it, so its longest waits are not checked"]
-    checks = wait_checks([run.bench.records for run in load.runs[load.candidate]], stock, hold_s)
+    checks = wait_checks([run.bench.records for run in load.runs[load.candidate]], stock, hold_s, stretch)
     lines = []
     for label in dict.fromkeys(c.label for c in checks):
         per_run = [(c.policy_s, c.bound_s) for c in checks if c.label == label]
+        margin = STOCK_WAIT_MARGIN * max(c.stretch for c in checks if c.label == label)
         lines.append(
-            f"{load.candidate} longest {label} TTFT against {STOCK_WAIT_MARGIN:g}x the better of "
+            f"{load.candidate} longest {label} TTFT against {margin:.3g}x the better of "
             f"{', '.join(stock)} plus its decode hold ({hold_s:.2f} s), per run: {_within_bounds(per_run)})"
         )
     return lines

@@ -19,7 +19,14 @@ from rps_harness.sim.hardware import Execution, model_spec
 from rps_harness.sim.measured import as_served, read_measured_profile
 from rps_harness.sim.online import trace_features
 from rps_harness.sim.routing import Routing
-from rps_harness.sim.simulator import Deployment, SimOutcome, policy_variant, simulate, with_light_budget
+from rps_harness.sim.simulator import (
+    Deployment,
+    PolicyVariant,
+    SimOutcome,
+    policy_variant,
+    simulate,
+    with_light_budget,
+)
 from rps_harness.sim.timing import fit_lines
 from rps_harness.workload.shapes import ISOLATION, SERVING
 from rps_harness.workload.source import Workload
@@ -31,7 +38,7 @@ from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.profiles.reference import reference_model
 from rps_serve.requests import Modality
-from rps_serve.scheduling.light_steps import sand_edge_tokens
+from rps_serve.scheduling.light_steps import sand_edge_tokens, wait_stretch
 
 logger = logging.getLogger(__name__)
 
@@ -173,14 +180,17 @@ def isolated_slo_s(setup: SimulationSetup) -> dict[Modality, float]:
     return slo
 
 
+def served_variant(setup: SimulationSetup, name: str) -> PolicyVariant:
+    """Policy variant `name` as the setup's engine runs it: with a measured stack's plug-in settings
+    (`as_served`) and its light steps' budget resolved from the setup's cost model."""
+    variant = as_served(policy_variant(name), setup.deployment)
+    return with_light_budget(variant, setup.sand_edge_tokens, setup.deployment.max_num_batched_tokens)
+
+
 def run_policy(
     setup: SimulationSetup, name: str, observer: Callable[[StepRecord], None] | None = None
 ) -> SimOutcome:
-    variant = with_light_budget(
-        as_served(policy_variant(name), setup.deployment),
-        setup.sand_edge_tokens,
-        setup.deployment.max_num_batched_tokens,
-    )
+    variant = served_variant(setup, name)
     if variant.naive_classes:
         levels, num_levels = setup.naive_levels, ModalityClasses.num_classes
     else:
@@ -188,6 +198,13 @@ def run_policy(
     return simulate(
         setup.trace, levels, num_levels, variant, setup.deployment, observer, prefill_s=setup.prefill_s
     )
+
+
+def light_stretch(setup: SimulationSetup, name: str) -> float:
+    """How much policy variant `name`'s light steps may stretch a heavier class's wait on the setup's
+    engine (`light_steps.wait_stretch`; 1 without them)."""
+    token_budget = setup.deployment.max_num_batched_tokens
+    return wait_stretch(token_budget, served_variant(setup, name).scheduling.light_budget(token_budget))
 
 
 def run_cluster(setup: SimulationSetup, name: str, replicas: int, routing: Routing) -> ClusterOutcome:

@@ -87,6 +87,14 @@ def prefill_steps_bound(prompt_tokens: int, budget: int) -> int:
     return -(-prompt_tokens // budget)
 
 
+def wait_stretch(token_budget: int, budget: int) -> float:
+    """How much longer, at most, a heavier class waits with light steps of `budget` tokens than
+    without, on `token_budget`-token steps: in the worst case every step is a light one and heavier
+    prefills move at `budget` of the `token_budget` tokens a step could give them (a light step is no
+    longer than a full one). 1 without light steps (`budget` 0)."""
+    return token_budget / budget if budget else 1.0
+
+
 def is_light(best_waiting_level: int | None, prefilling_levels: Iterable[int]) -> bool:
     """Whether the next step is a light one: sand waits at the head of the queue or is prefilling."""
     return best_waiting_level == SAND or SAND in prefilling_levels
