@@ -10,7 +10,7 @@ from typing import Any
 
 from rps_harness.cli.arguments import add_policies_argument, add_workload_arguments, policies, workload
 from rps_harness.metrics import policy_table
-from rps_serve.scheduling.parameters import Policy
+from rps_serve.scheduling.parameters import SHIPPED_POLICY, Policy
 
 
 def add_parser(commands: Any) -> None:
@@ -21,7 +21,7 @@ def add_parser(commands: Any) -> None:
         "--model", type=Path, metavar="DIR", required=True, help="model built by `rps-serve make-tiny-model`"
     )
     add_workload_arguments(parser)
-    add_policies_argument(parser, "fcfs,vllm-priority,rps", [p.value for p in Policy])
+    add_policies_argument(parser, f"fcfs,vllm-priority,{SHIPPED_POLICY.value}", [p.value for p in Policy])
     parser.add_argument("--repeats", type=int, default=3, help="runs per policy, interleaved")
     parser.add_argument(
         "--cost-model",

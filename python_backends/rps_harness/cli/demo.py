@@ -20,6 +20,7 @@ from rps_harness.cli.local_stack import add_local_server_arguments, repository_a
 from rps_harness.metrics import STEADY_STATE_TRIM
 from rps_harness.sim.simulator import served_names
 from rps_harness.workload.source import DEFAULT_MIX
+from rps_serve.scheduling.parameters import SHIPPED_POLICY
 
 
 def add_parser(commands: Any) -> None:
@@ -28,7 +29,7 @@ def add_parser(commands: Any) -> None:
         help="replay a mixed workload through the local tritonserver under FCFS, vLLM priority and RPS",
     )
     add_local_server_arguments(parser)
-    add_policies_argument(parser, "fcfs,vllm-priority,rps", served_names())
+    add_policies_argument(parser, f"fcfs,vllm-priority,{SHIPPED_POLICY.value}", served_names())
     add_mix_argument(parser, default=DEFAULT_MIX)
     parser.add_argument(
         "--rate", help="arrival rates, requests per second, comma-separated (default: measured, see below)"

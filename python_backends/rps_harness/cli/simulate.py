@@ -14,6 +14,7 @@ from rps_harness.sim.hardware import Execution
 from rps_harness.sim.run import SimulationConfig, default_shapes, run_simulation
 from rps_harness.sim.simulator import POLICY_VARIANTS
 from rps_serve.cost.classifier import MAX_CLASSES, MIN_CLASSES
+from rps_serve.scheduling.parameters import SHIPPED_POLICY
 
 
 def add_parser(commands: Any) -> None:
@@ -37,7 +38,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--gpus", type=int, default=1, help="GPUs (tensor parallel; modserve splits them)")
     add_workload_arguments(parser)
-    add_policies_argument(parser, "fcfs,rps", list(POLICY_VARIANTS))
+    add_policies_argument(parser, f"fcfs,{SHIPPED_POLICY.value}", list(POLICY_VARIANTS))
     parser.add_argument(
         "--classes", type=int, default=3, choices=range(MIN_CLASSES, MAX_CLASSES + 1), help="k of k-means"
     )

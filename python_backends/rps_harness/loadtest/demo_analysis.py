@@ -12,10 +12,10 @@ import numpy as np
 from rps_harness.metrics import RequestRecords
 from rps_harness.sim.simulator import served_settings
 from rps_serve.requests import Modality, RequestClass
-from rps_serve.scheduling.parameters import PressureSettings, class_ladder, in_time_units
+from rps_serve.scheduling.parameters import SHIPPED_POLICY, PressureSettings, class_ladder, in_time_units
 from rps_serve.scheduling.regulator import starvation_bound_s
 
-CANDIDATE = "rps"  # the paper's policy: the candidate where every policy of a run is stock
+CANDIDATE = SHIPPED_POLICY.value  # the candidate where every policy of a run is stock
 
 
 def candidate_of(policies: Iterable[str]) -> str:

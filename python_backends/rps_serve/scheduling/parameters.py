@@ -138,6 +138,9 @@ KV_RESERVE = 0.05
 # requests arriving within 20x the difference of their estimated prefills; tried at 1, 4, 20 and 1,000
 # in the simulator before it became a row (docs/decisions.md).
 COST_ORDER = 20.0
+# The policy that ships: every default of the code (model.json without a policy, `RPSConfig`, the
+# commands' policy lists) names it; why it, docs/decisions.md.
+SHIPPED_POLICY = Policy.HEADROOM
 POLICY_TABLE: dict[Policy, PolicyRow] = {
     Policy.RPS: PolicyRow(Order.STATIC_AND_AGING, eviction_margin=_TWICE, starvation_guard=True),
     Policy.STATIC: PolicyRow(Order.STATIC, eviction_margin=_TWICE),

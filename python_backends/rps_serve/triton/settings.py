@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rps_serve.cost.online import OnlineOptions
-from rps_serve.scheduling.parameters import FRONT_END_WORKERS, Policy
+from rps_serve.scheduling.parameters import FRONT_END_WORKERS, SHIPPED_POLICY, Policy
 from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
 from rps_serve.vllm_plugin.engine_args import scheduler_engine_kwargs
@@ -158,7 +158,7 @@ def read_settings(file: Path, repository: Path, environ: Mapping[str, str] | Non
         )
     return ServingSettings(
         model=_path(model, repository),
-        policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", Policy.RPS.value)),
+        policy=Policy.parse(env.get(POLICY_ENV) or raw.get("policy", SHIPPED_POLICY.value)),
         cost_model=None if cost_model is None else _path(cost_model, repository),
         rps=rps,
         engine_args=engine_args,

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rps_serve.scheduling.parameters import Policy
+from rps_serve.scheduling.parameters import SHIPPED_POLICY, Policy
 from rps_serve.scheduling.preemption import MAX_PREEMPTIONS
 from rps_serve.scheduling.variant import SchedulingVariant
 
@@ -39,7 +39,7 @@ class RPSConfig:
     Why each default is what it is: docs/decisions.md.
     """
 
-    policy: Policy = Policy.RPS
+    policy: Policy = SHIPPED_POLICY
     cost_model: str | None = None
     naive: bool = False
     chunk_cap_tokens: int = 0
