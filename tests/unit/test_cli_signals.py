@@ -1,4 +1,6 @@
-"""A command stopped with SIGTERM unwinds, so the servers it started are stopped on the way out."""
+"""A command stopped with SIGTERM unwinds, so the servers it started are stopped on the way out: the
+handler `rps-serve`'s `main()` installs, exercised through `main()` itself (a real `trace` command
+whose writing blocks until the signal)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,19 @@ import sys
 import pytest
 
 SCRIPT = """
-import signal, time
+import sys, time
 from rps_harness import cli
-signal.signal(signal.SIGTERM, cli._exit_on_sigterm)
-try:
-    print("started", flush=True)
-    time.sleep(60)
-finally:
-    print("cleaned up", flush=True)
+from rps_harness.cli import trace
+
+def write_trace(*args, **kwargs):
+    try:
+        print("started", flush=True)
+        time.sleep(60)
+    finally:
+        print("cleaned up", flush=True)
+
+trace.write_trace = write_trace
+sys.exit(cli.main(["trace", "--rate", "1", "--requests", "4", "--out", "unused.jsonl"]))
 """
 
 
