@@ -1,7 +1,8 @@
-"""The vLLM engine dies under streaming load (its engine-core process, then a worker, SIGKILLed): every
-stream in flight ends with an error naming it, new requests are refused as retryable until the engine
-is back, and the same server, engine restarted in place, serves text, image and video again. Meanwhile
-the deployment's readiness probe fails and its liveness probe passes: the replica recovers by itself."""
+"""The vLLM engine, serving the shipped policy, dies under streaming load (its engine-core process,
+then a worker, SIGKILLed): every stream in flight ends with an error naming it, new requests are
+refused as retryable until the engine is back, and the same server, engine restarted in place, serves
+text, image and video again. Meanwhile the deployment's readiness probe fails and its liveness probe
+passes: the replica recovers by itself."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from tests.e2e.triton.conftest import (
     Server,
     metrics,
     run,
-    start_server,
 )
 from tests.e2e.triton.faults.conftest import (
     END_BOUND_S,
@@ -32,6 +32,7 @@ from tests.e2e.triton.faults.conftest import (
     WORKER,
     alive,
     engine_state,
+    fault_server,
     long_texts,
     probe,
     start_streams,
@@ -43,7 +44,7 @@ from tests.e2e.triton.faults.conftest import (
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with start_server(tmp_path_factory) as running:
+    with fault_server(tmp_path_factory) as running:
         yield running
 
 
@@ -91,14 +92,15 @@ def test_engine_process_killed_under_load(server: Server, victim: str) -> None:
     assert probe(server, "ready") == 0 and probe(server, "live") == 0
     [target] = titled(server.endpoints.pid, victim)
     engine = titled(server.endpoints.pid, ENGINE_CORE) + titled(server.endpoints.pid, WORKER)
-    client = start_streams(server, long_texts(6, seed=len(victim)))
+    client = start_streams(server, long_texts(server, 6, seed=len(victim)))
     try:
+        client.assert_open()
         os.kill(target.pid, signal.SIGKILL)
         killed = time.monotonic()
         tally = client.wait_all(killed + END_BOUND_S)
         assert tally.lost == 0, f"streams still open {END_BOUND_S:.0f} s after the kill: {tally}"
-        # Every stream ended with an error of its own (none could finish its 1,500 tokens), saying
-        # the engine is restarting: a client knows to retry.
+        # Every stream ended with an error of its own (none could reach its end: `assert_open`),
+        # saying the engine is restarting: a client knows to retry.
         assert not client.unattributed_errors, client.unattributed_errors
         for request_id, result in client.results.items():
             assert result.error is not None, f"{request_id} finished after its engine was killed"

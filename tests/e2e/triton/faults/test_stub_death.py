@@ -1,7 +1,8 @@
-"""The `vllm_model` stub (serving RPS, then a stock-vLLM baseline), then tritonserver itself,
-SIGKILLed under streaming load: no vLLM engine process outlives them, our client ends the streams
-Triton 2.51 leaves open, the deployment's probes fail at once after the stub, and a next server starts
-clean, serves, and reads not live while its engine stays down past its restart deadline."""
+"""The `vllm_model` stub (serving the shipped policy, then a stock-vLLM baseline), then tritonserver
+itself, SIGKILLed under streaming load: no vLLM engine process outlives them, our client ends the
+streams Triton 2.51 leaves open, the deployment's probes fail at once after the stub, and a next server
+(the shipped policy's) starts clean, serves, and reads not live while its engine stays down past its
+restart deadline."""
 
 from __future__ import annotations
 
@@ -14,18 +15,20 @@ import pytest
 
 from rps_harness.client import StreamClient
 from rps_serve.requests import Modality
+from rps_serve.scheduling.parameters import Policy
 from rps_serve.triton import protocol as p
 from rps_serve.triton.engine_supervisor import EngineState
-from rps_serve.triton.settings import POLICY_ENV
-from tests.e2e.triton.conftest import MODELS, VLLM_MODEL, Requests, Server, run, start_server
+from tests.e2e.triton.conftest import MODELS, VLLM_MODEL, Requests, Server, run
 from tests.e2e.triton.faults.conftest import (
     END_BOUND_S,
     ENGINE_CORE,
     ENGINE_START_S,
+    SHIPPED_POLICY,
     STUB,
     WORKER,
     alive,
     engine_state,
+    fault_server,
     long_texts,
     probe,
     start_streams,
@@ -75,18 +78,19 @@ def _serves(server: Server) -> None:
             assert result.error is None, (modality, model, result.error)
 
 
-# The RPS engine core follows its stub from a thread of its own; a stock-vLLM engine core (the
-# baselines) has none, so the stub's watcher ends it.
-@pytest.mark.parametrize("policy", ["rps", "fcfs"])
+# The RPS engine core (the shipped policy's, as every policy of ours) follows its stub from a thread
+# of its own; a stock-vLLM engine core (the baselines) has none, so the stub's watcher ends it.
+@pytest.mark.parametrize("policy", [SHIPPED_POLICY, Policy.FCFS.value])
 def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory, policy: str) -> None:
-    with start_server(tmp_path_factory, env={POLICY_ENV: policy}) as server:
+    with fault_server(tmp_path_factory, policy) as server:
         assert server.endpoints.pid is not None
         engine = _engine_processes(server)
         [stub] = [s for s in titled(server.endpoints.pid, STUB) if VLLM_MODEL in " ".join(s.cmdline())]
         assert probe(server, "ready") == 0 and probe(server, "live") == 0
-        client = start_streams(server, long_texts(6, seed=11))
+        client = start_streams(server, long_texts(server, 6, seed=11))
         client.silence_timeout_s = SILENCE_S
         try:
+            client.assert_open()
             os.kill(stub.pid, signal.SIGKILL)
             killed = time.monotonic()
             # At once, not after a run of failures: the dead stub's streams hang until the server goes.
@@ -122,16 +126,17 @@ def test_server_killed_under_load(tmp_path_factory: pytest.TempPathFactory) -> N
     # A next server starts clean after the stub's death above and serves; its engine, killed, stays
     # down past a short restart deadline, then comes back; the server is then killed outright.
     deadline = {"engine_restart_deadline_s": SHORT_DEADLINE_S}
-    with start_server(tmp_path_factory, settings=deadline) as server:
+    with fault_server(tmp_path_factory, settings=deadline) as server:
         assert server.endpoints.pid is not None
         _serves(server)
         assert probe(server, "ready") == 0 and probe(server, "live") == 0
         _overdue_then_back(server)
         engine = _engine_processes(server)
         stubs = titled(server.endpoints.pid, STUB)
-        client = start_streams(server, long_texts(6, seed=12))
+        client = start_streams(server, long_texts(server, 6, seed=12))
         client.silence_timeout_s = SILENCE_S
         try:
+            client.assert_open()
             os.kill(server.endpoints.pid, signal.SIGKILL)
             # Reaped at once, as an init or a container runtime does: a zombie still looks alive to
             # the stubs' check of their parent.
