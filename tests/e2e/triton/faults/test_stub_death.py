@@ -44,6 +44,25 @@ SILENCE_S = 15.0
 # state past it; and how soon the engine reads overdue after its death (noticed within 1 s).
 SHORT_DEADLINE_S = 1.0
 OVERDUE_BOUND_S = 10.0
+# Triton 2.51's Python backend sometimes aborts the whole server as a stub dies (its own, unexplained:
+# docs/limits-and-guarantees.md, "A crash not explained"); its log then names this.
+TRITON_ABORT = "boost::interprocess::lock_exception"
+
+
+def _triton_aborted(server: Server, within_s: float = 10.0) -> bool:
+    """Whether tritonserver ended within `within_s` with the Python backend's own abort in its log."""
+    assert server.endpoints.pid is not None
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            ended = psutil.Process(server.endpoints.pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            ended = True
+        if ended:
+            log = server.repository.parent / "tritonserver.log"
+            return TRITON_ABORT in log.read_text(errors="replace")
+        time.sleep(0.2)
+    return False
 
 
 def _engine_processes(server: Server) -> list[psutil.Process]:
@@ -94,7 +113,14 @@ def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory, policy
             os.kill(stub.pid, signal.SIGKILL)
             killed = time.monotonic()
             # At once, not after a run of failures: the dead stub's streams hang until the server goes.
-            assert "stub is dead" in str(engine_state(server))
+            state = str(engine_state(server))
+            if "stub is dead" not in state and _triton_aborted(server):
+                # Triton took the whole server down with the stub: what holds then is the
+                # "tritonserver killed" row, checked here; the stub's own row cannot be.
+                assert not _gone_within(engine, GONE_BOUND_S), "engine processes outlived tritonserver"
+                _streams_end(client, killed)
+                pytest.skip(f"tritonserver aborted at the stub's kill ({TRITON_ABORT}); its processes ended")
+            assert "stub is dead" in state, state
             assert probe(server, "live") == 1 and probe(server, "ready") == 1
             assert not _gone_within(engine, GONE_BOUND_S), "engine processes outlived their stub"
             _streams_end(client, killed)
