@@ -12,7 +12,7 @@ import numpy as np
 
 from rps_harness.cli.arguments import cost_model_source
 from rps_harness.comparison import ratio_rows, steady
-from rps_harness.loadtest.demo_analysis import CANDIDATE
+from rps_harness.loadtest.demo_analysis import candidate_of
 from rps_harness.loadtest.replay import build_requests, replay, warm_up
 from rps_harness.loadtest.tables import ratio_table, ttft_table
 from rps_harness.metrics import RequestRecords, concatenate_records
@@ -59,8 +59,9 @@ def _table(args: argparse.Namespace) -> None:
     seeds = len(next(iter(runs.values())))
     print(f"steady state of {seeds} paired run(s) per policy")
     print(ttft_table({policy: concatenate_records(records) for policy, records in steady_runs.items()}))
-    if CANDIDATE in steady_runs and len(steady_runs) > 1:
-        print(ratio_table(ratio_rows(runs, CANDIDATE), CANDIDATE))
+    candidate = candidate_of(runs)  # the plug-in's policy of those the script ran
+    if candidate in steady_runs and len(steady_runs) > 1:
+        print(ratio_table(ratio_rows(runs, candidate), candidate))
     for policy, records in runs.items():
         completed = sum(int(r.completed.sum()) for r in records)
         print(f"{policy}: {completed}/{sum(len(r.ttft) for r in records)} requests completed")
