@@ -15,9 +15,9 @@ Each step, as vLLM V1 does it:
    best waiting request is of a lighter class than a running prefill; with a decode hold
    (`scheduling.holding`, as the plug-in configures it) held requests sit both phases out; in a light
    step (`scheduling.light_steps`: sand waits at the head or prefills) every chunk is limited to the
-   light-step budget (or the sand's own tokens, where more), the running heavier prefills but the
-   first sit both phases out, and a heavier waiting request starts only while no heavier request
-   prefills in the step;
+   light-step budget and the running heavier prefills but the first sit both phases out (a sand
+   larger than the budget raises the limit to its size and all of them sit out), and a heavier
+   waiting request starts only while no heavier request prefills in the step;
 3. the step takes the timing model's time; a request whose known tokens are all computed samples one
    token; finished requests free their blocks.
 Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
@@ -42,7 +42,7 @@ from rps_harness.sim.timing import TimingModel
 from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
-from rps_serve.scheduling.light_steps import SAND, is_light, light_step, may_start
+from rps_serve.scheduling.light_steps import SAND, may_start, plan_light_step
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 
@@ -382,27 +382,19 @@ class Engine:
 
     def _light_step(self) -> tuple[int, set[int]] | None:
         """In a light step, its prefill chunk limit and the running heavier prefills that sit it out
-        (`light_steps.light_step`), decided as the vLLM plug-in decides them; None otherwise
+        (`light_steps.plan_light_step`), decided as the vLLM plug-in decides them; None otherwise
         (and when every sequence slot is taken, as the plug-in skips its rules then)."""
         if not self.light_step_tokens or len(self.running) >= self.config.max_num_seqs:
             return None
         ids = self.running
-        prefilling = ids[self.computed[ids] < self.work.prompt_tokens[ids]].tolist()
-        levels = [self._level[r] for r in prefilling]
-        head = self.queues.peek() if self.queues else None
-        head_level = None if head is None else self._level[head]
-        if not is_light(head_level, levels):
-            return None
-        sand = [
-            self._known_tokens(r) - int(self.computed[r])
-            for r, level in zip(prefilling, levels, strict=True)
-            if level == SAND
+        prefilling = [
+            (r, self._level[r], self._known_tokens(r) - int(self.computed[r]))
+            for r in ids[self.computed[ids] < self.work.prompt_tokens[ids]].tolist()
         ]
-        if head is not None and head_level == SAND:
-            sand.append(self._known_tokens(head))
-        heavier = [r for r, level in zip(prefilling, levels, strict=True) if level != SAND]
-        limit, aside = light_step(self.light_step_tokens, sand, heavier)
-        return limit, set(aside)
+        head = self.queues.peek() if self.queues else None
+        waiting = None if head is None else (self._level[head], self._known_tokens(head))
+        light = plan_light_step(self.light_step_tokens, waiting, prefilling)
+        return None if light is None else (light[0], set(light[1]))
 
     @contextmanager
     def _holding(self) -> Iterator[None]:

@@ -95,11 +95,6 @@ def wait_stretch(token_budget: int, budget: int) -> float:
     return token_budget / budget if budget else 1.0
 
 
-def is_light(best_waiting_level: int | None, prefilling_levels: Iterable[int]) -> bool:
-    """Whether the next step is a light one: sand waits at the head of the queue or is prefilling."""
-    return best_waiting_level == SAND or SAND in prefilling_levels
-
-
 def light_step(budget: int, sand_tokens: Iterable[int], heavier_prefills: Sequence[R]) -> tuple[int, list[R]]:
     """A light step's prefill chunk limit, and which of the running heavier prefills (in running
     order) sit it out, given the tokens still to compute of every sand prefill present.
@@ -112,6 +107,22 @@ def light_step(budget: int, sand_tokens: Iterable[int], heavier_prefills: Sequen
     if largest > budget:
         return largest, list(heavier_prefills)
     return budget, list(heavier_prefills[1:])
+
+
+def plan_light_step(
+    budget: int, head: tuple[int, int] | None, prefilling: Sequence[tuple[R, int, int]]
+) -> tuple[int, list[R]] | None:
+    """The next step's light-step decision, as both engines take it: None where it is no light step
+    (no sand waits at the head of the queue, `head`, and none is prefilling), else its chunk limit
+    and the running heavier prefills that sit it out (`light_step`). `head`: the best waiting
+    request's (level, tokens to compute), None with nothing waiting; `prefilling`: (request, level,
+    tokens still to compute) of each running request part-way through its prompt, in running order."""
+    sand = [left for _, level, left in prefilling if level == SAND]
+    if head is not None and head[0] == SAND:
+        sand.append(head[1])
+    if not sand:
+        return None
+    return light_step(budget, sand, [request for request, level, _ in prefilling if level != SAND])
 
 
 def may_start(level: int, heavier_prefilling: bool) -> bool:

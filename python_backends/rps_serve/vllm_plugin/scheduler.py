@@ -45,7 +45,7 @@ from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
-from rps_serve.scheduling.light_steps import SAND, is_light, light_step, may_start
+from rps_serve.scheduling.light_steps import SAND, may_start, plan_light_step
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender
 from rps_serve.vllm_plugin.classify import engine_class, engine_cost_model, engine_request_features
@@ -216,30 +216,20 @@ class _RPSMixin(Scheduler):
 
     def _light_step(self) -> tuple[int, list[Request]] | None:
         """In a light step (`scheduling.light_steps`), the step's prefill chunk limit and the running
-        heavier prefills that sit it out (`light_steps.light_step`); None otherwise."""
+        heavier prefills that sit it out (`light_steps.plan_light_step`); None otherwise."""
         if not self._light_budget:
             return None
         level = self.waiting.level
+        head = self.waiting.peek_request() if self.waiting else None
         prefilling = [
-            r
+            (r, level(r), r.num_tokens - r.num_computed_tokens)
             for r in self.running
             if r.status == RequestStatus.RUNNING and r.num_computed_tokens < r.num_prompt_tokens
         ]
-        levels = [level(r) for r in prefilling]
-        head = self.waiting.peek_request() if self.waiting else None
-        head_level = None if head is None else level(head)
-        if not is_light(head_level, levels):
-            return None
-        sand = [
-            r.num_tokens - r.num_computed_tokens
-            for r, lv in zip(prefilling, levels, strict=True)
-            if lv == SAND
-        ]
-        if head is not None and head_level == SAND:
-            sand.append(head.num_tokens - head.num_computed_tokens)
-        heavier = [r for r, lv in zip(prefilling, levels, strict=True) if lv != SAND]
-        self.light_steps += 1
-        return light_step(self._light_budget, sand, heavier)
+        waiting = None if head is None else (level(head), head.num_tokens - head.num_computed_tokens)
+        light = plan_light_step(self._light_budget, waiting, prefilling)
+        self.light_steps += light is not None
+        return light
 
     def _light_starts(self, request: Request) -> bool:
         """Whether the best waiting request may start in a light step: the KV headroom lets it, and a

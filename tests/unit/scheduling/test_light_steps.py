@@ -20,10 +20,10 @@ from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.scheduling.light_steps import (
     LIGHT_STEP_FLOOR,
     SAND,
-    is_light,
     light_step,
     light_step_budget,
     may_start,
+    plan_light_step,
     prefill_steps_bound,
     sand_edge_tokens,
 )
@@ -53,10 +53,12 @@ def test_the_budget_is_twice_the_edge_within_the_floor_and_the_step(
 
 
 def test_a_light_step_needs_sand_waiting_first_or_prefilling() -> None:
-    assert is_light(SAND, [])
-    assert is_light(2, [1, SAND])
-    assert not is_light(1, [2, 1])
-    assert not is_light(None, [])
+    assert plan_light_step(100, (SAND, 20), []) == (100, [])
+    assert plan_light_step(100, (2, 500), [("rock", 2, 900), ("sand", SAND, 30)]) == (100, [])
+    assert plan_light_step(100, (1, 300), [("rock", 2, 900), ("pebble", 1, 50)]) is None
+    assert plan_light_step(100, None, []) is None
+    # The waiting sand's tokens count with the prefilling sand's: the largest sets the limit.
+    assert plan_light_step(100, (SAND, 150), [("rock", 2, 900)]) == (150, ["rock"])
 
 
 def test_one_heavier_prefill_goes_on_unless_a_sand_exceeds_the_budget() -> None:
