@@ -36,6 +36,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--slo", type=Path, metavar="FILE", help='TTFT SLOs from a file {"text": s, "image": s, "video": s}'
     )
+    parser.add_argument(
+        "--drain-s",
+        type=float,
+        metavar="S",
+        help="how long to wait for answers after the last request is sent before the rest count as lost "
+        "(default: derived from the load, see drain_allowance_s)",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", required=True, help="where to write the results")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw TTFT CDFs per modality (PNG)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         slo=args.slo,
         progress=not args.no_progress,
         metrics_url=args.metrics_url,
+        drain_s=args.drain_s,
     )
     run = run_bench(config)
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,7 @@ class BenchConfig:
     metrics_url: str | None = None  # the server's metrics endpoint: where each class waited (`stages`)
     ensemble: str = p.ENSEMBLE  # the model requests go to
     engine: str = p.VLLM_MODEL  # the engine model behind it, whose metrics say where requests waited
+    drain_s: float | None = None  # the replay's deadline after its last request; None: `drain_allowance_s`
 
     @property
     def limits(self) -> ContentLimits:
@@ -137,7 +138,9 @@ def run_bench(config: BenchConfig) -> BenchRun:
         )
         slo = slo_from_isolated(isolated)
     requests = build_requests(trace, served, config.limits, config.seed)
-    drain_s = drain_allowance_s(requests, None if isolated is None else _isolated_e2e(isolated, trace))
+    drain_s = config.drain_s
+    if drain_s is None:
+        drain_s = drain_allowance_s(requests, None if isolated is None else _isolated_e2e(isolated, trace))
     logger.info(
         "replaying %d requests over %.1f s (lost if unanswered %.0f s after the last is sent)",
         len(trace),
