@@ -3,8 +3,11 @@
 Exit status 0 when the check passes, 1 (with the reason on stderr) when it fails. Each check is one
 local HTTP request, a health request to `vllm_model` (`protocol.HEALTH`), which its stub answers at
 once, whatever the load, with its engine's state (`engine_supervisor.EngineState`). A dead stub cannot
-answer: Triton 2.51 keeps its model "ready" but answers for it "Stub process ... is not healthy"; a
-stub that does not answer within `TIMEOUT_S` fails the check as well. (Later releases report such a
+answer: Triton 2.51 keeps its model "ready" but answers for it "Stub process ... is not healthy", and
+says the same within about a second of a request's arrival for a stub that is alive but hung (stopped,
+say: Triton's health check of the stub times out; such a server aborts when the stub resumes, see
+docs/limits-and-guarantees.md); a server that does not answer within `TIMEOUT_S` fails the check as
+well. (Later releases report such a
 model not ready, python_backend r25.12, and ask `vllm_model.is_ready()`, r26.03, the image's 26.10
 among them; the probes stay there: readiness cannot tell a restart in place from a dead replica.)
 - `ready`: `vllm_model` can serve now: its stub answers and its engine serves. It fails while the
@@ -28,8 +31,8 @@ from rps_serve.triton import protocol as p
 from rps_serve.triton.engine_supervisor import EngineState
 
 TIMEOUT_S = 4.0
-# Triton's words for a model whose Python-backend stub is dead.
-STUB_DEAD = "is not healthy"
+# Triton's words for a model whose Python-backend stub is dead or hung.
+STUB_UNHEALTHY = "is not healthy"
 HEALTH_BODY: dict[str, object] = {p.HEALTH: True}
 
 
@@ -70,8 +73,8 @@ def parse_health(status: int, body: str, model: str = p.VLLM_MODEL) -> EngineSta
     if status == 200 and state in {s.value for s in EngineState}:
         return EngineState(state)
     error = str(answer.get("error", body))
-    if STUB_DEAD in error:
-        raise ProbeFailed(f"{model}'s stub is dead: {error}")
+    if STUB_UNHEALTHY in error:
+        raise ProbeFailed(f"{model}'s stub is not healthy (dead, or hung past Triton's check): {error}")
     raise ProbeFailed(f"{model} did not report its engine's state (HTTP {status}): {error}")
 
 

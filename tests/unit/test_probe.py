@@ -77,7 +77,7 @@ def test_each_state_passes_or_fails_each_probe(
     assert main(["live", "--http", triton]) == live
     assert _Triton.asked == [{p.HEALTH: True}] * 2
     if answer is STUB_DEAD:
-        assert "stub is dead" in capsys.readouterr().err
+        assert "stub is not healthy" in capsys.readouterr().err
 
 
 def test_probe_fails_when_nothing_answers() -> None:

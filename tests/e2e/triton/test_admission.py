@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from tests.e2e.triton.conftest import (
     start_server,
     wait_drained,
 )
+from tests.e2e.triton.faults.conftest import probe
 
 MAX_PENDING = 2
 MARKER = "[held at the test's gate]"
@@ -114,10 +116,10 @@ def _held(gate: Gate, holders: list[StreamClient], timeout_s: float = 300) -> No
         time.sleep(0.05)
 
 
-def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
-    server: Server, requests: Requests, gate: Gate
-) -> None:
-    before = wait_drained(server)
+@contextmanager
+def _limit_reached(server: Server, requests: Requests, gate: Gate) -> Iterator[list[StreamClient]]:
+    """`MAX_PENDING` requests held at the gate, admitted and in flight: the limit is reached until the
+    test opens the gate (or the block ends); their clients, whose request each is `"held"`."""
     holders = [StreamClient(server.endpoints.grpc_url) for _ in range(MAX_PENDING)]
     gate.close()
     try:
@@ -126,16 +128,24 @@ def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
             generation = replace(generation, prompt=MARKER + generation.prompt)
             holder.submit(VLLM_MODEL, "held", generation.tensors())
         _held(gate, holders)
+        yield holders
+    finally:
+        gate.open()
+        for holder in holders:
+            holder.close(cancel_requests=True)
+
+
+def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
+    server: Server, requests: Requests, gate: Gate
+) -> None:
+    before = wait_drained(server)
+    with _limit_reached(server, requests, gate) as holders:
         status, body = generate(server, VLLM_MODEL, requests.make(Modality.TEXT, stream=False))
         refused = [run(server, model, requests.make(Modality.TEXT).tensors()) for model in MODELS]
         # The limit was reached all along: the held requests were still at the gate.
         assert not any(holder.results["held"].done_s for holder in holders)
         gate.open()
         held = [holder.wait("held", timeout_s=300) for holder in holders]
-    finally:
-        gate.open()
-        for holder in holders:
-            holder.close(cancel_requests=True)
 
     for model, result in zip(MODELS, refused, strict=True):
         assert result.error is not None, model
@@ -155,6 +165,23 @@ def test_requests_beyond_the_limit_are_refused_at_once_and_the_server_serves_on(
         "rps_requests_total", model=VLLM_MODEL
     ) == len(holders)
     serves(server, requests)
+
+
+def test_probes_pass_at_the_admission_limit(server: Server, requests: Requests, gate: Gate) -> None:
+    """With the limit reached (one more request is refused as overloaded), both of the deployment's
+    probes pass: `vllm_model` answers a health request before admission counts it, so an orchestrator
+    does not take a full replica for a failed one."""
+    with _limit_reached(server, requests, gate) as holders:
+        refused = run(server, VLLM_MODEL, requests.make(Modality.TEXT).tensors())
+        assert refused.error is not None and p.OVERLOADED in refused.error, refused.error
+        assert probe(server, "ready") == 0
+        assert probe(server, "live") == 0
+        # Still reached: the held requests were at the gate all along.
+        assert not any(holder.results["held"].done_s for holder in holders)
+        gate.open()
+        for holder in holders:
+            assert holder.wait("held", timeout_s=300).error is None
+    wait_drained(server)
 
 
 def test_a_burst_beyond_the_limit_ends_with_refusals_counted_and_nothing_lost(

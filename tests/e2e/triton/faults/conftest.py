@@ -28,7 +28,7 @@ from rps_serve.triton.engine_supervisor import EngineState
 from rps_serve.triton.settings import POLICY_ENV, SETTINGS_FILE, read_settings
 from tests.checkout import REPOSITORY
 from tests.e2e.builds import tiny_model
-from tests.e2e.triton.conftest import ENSEMBLE, SPEC, Server, start_server
+from tests.e2e.triton.conftest import ENSEMBLE, SPEC, VLLM_MODEL, Server, start_server
 from tests.prompts import chat_prompt
 
 ENGINE_CORE, WORKER = "VLLM::EngineCore", "VLLM::Worker"
@@ -195,10 +195,24 @@ def status(server: Server, path: str) -> int | None:
         return None
 
 
-def probe(server: Server, check: str) -> int:
-    """The exit status of the deployment's probe `check` (`ready` or `live`), run as the image runs it."""
+def probe_result(server: Server, check: str) -> tuple[int, str]:
+    """The exit status of the deployment's probe `check` (`ready` or `live`), run as the image runs it,
+    and what it wrote on stderr (why it failed)."""
     command = [sys.executable, "-m", "rps_serve.probe", check, "--http", server.endpoints.http_url]
-    return subprocess.run(command, timeout=60, check=False).returncode
+    done = subprocess.run(command, timeout=60, check=False, capture_output=True, text=True)
+    return done.returncode, done.stderr
+
+
+def probe(server: Server, check: str) -> int:
+    """The exit status of the deployment's probe `check` (`ready` or `live`)."""
+    return probe_result(server, check)[0]
+
+
+def vllm_model_stub(server: Server) -> psutil.Process:
+    """The Python-backend stub process serving `vllm_model`."""
+    assert server.endpoints.pid is not None
+    [stub] = [s for s in titled(server.endpoints.pid, STUB) if VLLM_MODEL in " ".join(s.cmdline())]
+    return stub
 
 
 def engine_state(server: Server) -> EngineState | str:

@@ -1,0 +1,122 @@
+"""The deployment's probes under streaming load, and the `vllm_model` stub hung (SIGSTOP) under load: both
+probes fail at once naming the stub, and `rps-serve bench` counts the request it sent before the hang
+as lost and exits 1 after its deadline.
+
+One server for the module (the shipped policy), used up by the hang: on Triton 2.51 a stub hung while
+a request arrives is declared "not healthy", and the server aborts when the stub resumes
+(docs/limits-and-guarantees.md, "A crash not explained"), so the stub is SIGKILLed at the end rather
+than resumed, and its engine processes follow it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rps_harness.workload.shapes import RequestKind
+from rps_harness.workload.trace import Trace, write_trace
+from tests.e2e.triton.conftest import VLLM_MODEL, Server, metrics
+from tests.e2e.triton.faults.conftest import (
+    fault_server,
+    long_texts,
+    probe,
+    probe_result,
+    served_context,
+    start_streams,
+    vllm_model_stub,
+)
+
+# Far more tokens than any machine here generates before the test hangs the stub (it does so as soon as
+# the request is admitted): about 75 s at the fastest rate measured, 400 tokens a second a stream.
+BENCH_OUTPUT_TOKENS = 30_000
+# The bench's deadline after its last request is sent: the hung stub answers nothing, however long.
+BENCH_DRAIN_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with fault_server(tmp_path_factory) as running:
+        yield running
+
+
+def test_probes_pass_under_load(server: Server) -> None:
+    """Six long streams in the engine, each still open and short of half its tokens before the probes
+    run and after both have passed (`LongStreams.assert_open`): the health request is answered beside
+    them, whatever the machine's speed."""
+    client = start_streams(server, long_texts(server, 6, seed=21))
+    try:
+        client.assert_open()
+        assert probe(server, "ready") == 0
+        assert probe(server, "live") == 0
+        client.assert_open()
+    finally:
+        client.close(cancel_requests=True)
+
+
+def _admitted(server: Server) -> float:
+    return metrics(server).total("rps_requests_total", model=VLLM_MODEL)
+
+
+def _bench_command(server: Server, directory: Path) -> list[str]:
+    """`rps-serve bench` (the console script beside this Python) on a one-request trace: a short text
+    asking for `BENCH_OUTPUT_TOKENS` tokens."""
+    trace = Trace(
+        arrival_s=np.zeros(1),
+        kind=np.full(1, list(RequestKind).index(RequestKind.SHORT_TEXT)),
+        prompt_tokens=np.full(1, 40),
+        modality_tokens=np.zeros(1, dtype=np.int64),
+        output_tokens=np.full(1, BENCH_OUTPUT_TOKENS),
+    )
+    trace_file, slo = directory / "one.jsonl", directory / "slo.json"
+    write_trace(trace_file, trace)
+    slo.write_text(json.dumps({"text": 1.0, "image": 1.0, "video": 1.0}))
+    assert served_context(server) > BENCH_OUTPUT_TOKENS
+    script = str(Path(sys.executable).parent / "rps-serve")
+    return [script, "bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file),
+            "--model", str(server.model), "--slo", str(slo), "--json", str(directory / "bench.json"),
+            "--max-output-tokens", str(BENCH_OUTPUT_TOKENS), "--drain-s", str(BENCH_DRAIN_S),
+            "--no-progress"]  # fmt: skip
+
+
+def _when_admitted(
+    server: Server, count: float, bench: subprocess.Popen[bytes], timeout_s: float = 300
+) -> None:
+    """Wait until `vllm_model` has admitted `count` requests in all, while `bench` runs."""
+    deadline = time.monotonic() + timeout_s
+    while _admitted(server) < count:
+        assert bench.poll() is None, "bench ended before its request was admitted"
+        assert time.monotonic() < deadline, "bench's request never reached vllm_model"
+        time.sleep(0.05)
+
+
+def test_hung_stub_fails_the_probes_and_bench_counts_its_request_lost(server: Server, tmp_path: Path) -> None:
+    """`rps-serve bench` sends one long request; once `vllm_model` has admitted it (after the bench's
+    three warm-up requests) the stub is stopped, so the request cannot be answered however fast the
+    machine. Both probes then fail, naming the stub; the bench ends at its deadline (`--drain-s`),
+    reports the request lost and exits 1."""
+    stub = vllm_model_stub(server)
+    warm_up = 3  # `replay.warm_up`: one request of each modality, one after another
+    before = _admitted(server)
+    bench = subprocess.Popen(_bench_command(server, tmp_path))
+    try:
+        _when_admitted(server, before + warm_up + 1, bench)
+        os.kill(stub.pid, signal.SIGSTOP)
+        for check in ("ready", "live"):
+            status, why = probe_result(server, check)
+            assert status == 1 and "stub is not healthy" in why, (check, status, why)
+        assert bench.wait(timeout=300) == 1
+    finally:
+        bench.kill()
+        # Not resumed: Triton 2.51 aborts when a stub it declared not healthy resumes.
+        os.kill(stub.pid, signal.SIGKILL)
+    (result,) = json.loads((tmp_path / "bench.json").read_text())["results"].values()
+    counts = result["requests"]
+    assert counts["sent"] == 1 and counts["lost"] == 1, counts
