@@ -4,8 +4,8 @@ as lost and exits 1 after its deadline.
 
 One server for the module (the shipped policy), used up by the hang: on Triton 2.51 a stub hung while
 a request arrives is declared "not healthy", and the server aborts when the stub resumes
-(docs/limits-and-guarantees.md, "A crash not explained"), so the stub is SIGKILLed at the end rather
-than resumed, and its engine processes follow it."""
+(docs/limits-and-guarantees.md, "Triton's Python backend aborts when a stub dies mid-send"), so the
+stub is SIGKILLed at the end rather than resumed, and its engine processes follow it."""
 
 from __future__ import annotations
 

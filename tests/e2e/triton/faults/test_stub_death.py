@@ -45,8 +45,9 @@ SILENCE_S = 15.0
 # state past it; and how soon the engine reads overdue after its death (noticed within 1 s).
 SHORT_DEADLINE_S = 1.0
 OVERDUE_BOUND_S = 10.0
-# Triton 2.51's Python backend sometimes aborts the whole server as a stub dies (its own, unexplained:
-# docs/limits-and-guarantees.md, "A crash not explained"); its log then names this.
+# Triton 2.51's Python backend sometimes aborts the whole server as a stub dies in the middle of a send
+# (its own, without our code too: docs/limits-and-guarantees.md, "Triton's Python backend aborts when a
+# stub dies mid-send"); its log then names this.
 TRITON_ABORT = "boost::interprocess::lock_exception"
 
 
