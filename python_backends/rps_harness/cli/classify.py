@@ -1,9 +1,11 @@
-"""`rps-serve classify`: estimate and classify requests with the ONNX cost model of a repository, or
-as a running server's `vllm_model` would class them now (with the online fit, where it refits)."""
+"""`rps-serve classify`: estimate and classify requests with the ONNX cost model of a repository (within
+the class edges of the engine its `vllm_model/model.json` configures, where it names its step), or as
+a running server's `vllm_model` would class them now (with the online fit, where it refits)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,8 @@ from rps_harness.client import ServedClasses
 from rps_serve.cost.model import CostModel
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
+from rps_serve.scheduling.class_edges import engine_classes
+from rps_serve.triton.protocol import SETTINGS_FILE
 
 
 def add_parser(commands: Any) -> None:
@@ -32,15 +36,27 @@ def _request(spec: str) -> RequestFeatures:
     if len(parts) not in (2, 3):
         raise argparse.ArgumentTypeError(f"{spec!r}: expected MODALITY:PROMPT_TOKENS[:MODALITY_TOKENS]")
     try:
-        tokens = [int(p) for p in parts[1:]]
+        tokens = [int(part) for part in parts[1:]]
         return RequestFeatures(Modality(parts[0]), *tokens)
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{spec!r}: {error}") from None
 
 
+def repository_classes(repository: Path) -> CostModel:
+    """The repository's cost model, within the class edges of the step its model.json's engine
+    arguments set (if any). Read as JSON here: the serving settings' reader imports the engine's
+    code, which `classify` does not need."""
+    model = OnnxCostModel.from_repository(repository)
+    settings = repository / SETTINGS_FILE
+    if not settings.is_file():
+        return model
+    step = json.loads(settings.read_text()).get("engine_args", {}).get("max_num_batched_tokens")
+    return model if step is None else engine_classes(model, int(step))
+
+
 def run(args: argparse.Namespace) -> int:
     model: CostModel | ServedClasses
-    model = ServedClasses(args.url) if args.url else OnnxCostModel.from_repository(args.repository)
+    model = ServedClasses(args.url) if args.url else repository_classes(args.repository)
     print(f"{'request':<20} {'prefill ms':>10} {'KV tokens':>10}  class")
     for request, verdict in zip(args.requests, model.assess(args.requests), strict=True):
         name = RequestClass.for_level(verdict.level, model.num_classes).label

@@ -15,6 +15,7 @@ from rps_harness.workload.content import ContentLimits
 from rps_harness.workload.request_format import RequestFormat
 from rps_harness.workload.source import Workload
 from rps_serve.cost.runtime import cost_model_at
+from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.scheduling.parameters import Policy
 from rps_serve.vllm_plugin.engine_args import engine_args
 
@@ -61,7 +62,7 @@ def run_ab(config: ABConfig) -> dict[str, Any]:
     """Every policy `repeats` times, interleaved (fcfs, rps, fcfs, rps, ...), on the same trace with
     fresh prompts and media per run; results pooled per policy, in `rps-serve simulate`'s JSON shape."""
     served = RequestFormat.of_model(config.model)
-    cost_model = cost_model_at(config.cost_model)
+    cost_model = engine_classes(cost_model_at(config.cost_model), config.max_num_batched_tokens)
     trace = config.workload.trace()
     runs: dict[Policy, list[RequestRecords]] = {p: [] for p in config.policies}
     for repeat in range(config.repeats):

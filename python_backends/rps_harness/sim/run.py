@@ -38,6 +38,7 @@ from rps_serve.cost.training import TrainingOptions, fit_cost_model
 from rps_serve.profiles.records import ProfileRecord, read_records
 from rps_serve.profiles.reference import reference_model
 from rps_serve.requests import Modality
+from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.scheduling.light_steps import sand_edge_tokens, wait_stretch
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,8 @@ def class_levels(trace: Trace, model: CostModel) -> np.ndarray:
 
 def prepare(config: SimulationConfig) -> SimulationSetup:
     deployment, records = device_profile(config)
-    model = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
+    fitted = fit_cost_model(records, TrainingOptions(num_classes=config.classes, seed=config.seed))
+    model = engine_classes(fitted, deployment.max_num_batched_tokens)
     trace = config.workload.trace()
     naive = class_levels(trace, ModalityClasses())
     cost, levels = model.estimate(trace_features(trace))

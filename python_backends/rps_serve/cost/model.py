@@ -37,6 +37,9 @@ class CostModel:
     num_classes: int
     refits = False  # refitted while it serves (`cost.online`): its class is newer than the ONNX files'
 
+    def __str__(self) -> str:
+        return type(self).__name__
+
     def cost(self, feature_matrix: np.ndarray) -> np.ndarray:
         """[n, 3] features -> [n, 3] cost (float32)."""
         raise NotImplementedError
@@ -49,6 +52,11 @@ class CostModel:
         """[n, 3] features -> ([n, 3] cost, [n] class levels)."""
         cost = self.cost(feature_matrix)
         return cost, self.classify(cost)
+
+    def within_edges(self, level: int, prompt_tokens: int) -> int:
+        """`level`, moved to where the engine this model classes for needs a request of `prompt_tokens`
+        (`scheduling.class_edges`); here, where no engine is named, as it is."""
+        return level
 
     def levels(self, feature_matrix: np.ndarray) -> np.ndarray:
         """The class level (int64) of every row of an [n, 3] feature matrix."""

@@ -9,6 +9,9 @@ one is overruled. Through the ensemble both come from the same features (`rps_fe
 `Preprocessor.inspect`) and agree. `trust` takes the class as given, for deployments whose clients
 cannot reach the composing models or whose classifier `vllm_model` cannot reproduce. The engine's own
 entry (`extra_args["rps"]`) is never the caller's.
+Whoever classes a request, its class then meets the served engine's class edges (`scheduling.class_edges`:
+sand fits in one light step, a prompt longer than a step is a rock), which the ensemble's ONNX
+models cannot know.
 With the online cost model (`cost.online`), `vllm_model`'s fit is newer than the ensemble's ONNX models,
 so under `verify` it decides every request's class, and hands it to the engine.
 """
@@ -76,7 +79,10 @@ def supplied_class(get: p.TensorGetter) -> ClassInfo | None:
 def decide_class(
     model: CostModel, source: ClassSource, supplied: ClassInfo | None, features: RequestFeatures
 ) -> ClassInfo:
-    """The class the engine gets: `supplied` per `source` (see the module docstring), else `model`'s."""
+    """The class the engine gets: `supplied` per `source` (see the module docstring), else `model`'s.
+    The engine's class edges (`scheduling.class_edges`) hold for every class, a caller's too."""
+    if supplied is not None and supplied.num_classes == model.num_classes:
+        supplied = replace(supplied, level=model.within_edges(supplied.level, features.prompt_tokens))
     if supplied is not None and source is ClassSource.TRUST:
         return supplied
     estimated = estimated_class(model, features)

@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,8 @@ from rps_serve.requests import Modality, RequestFeatures
 # The repository's models that clients call
 ENSEMBLE = "rps_ensemble"
 VLLM_MODEL = "vllm_model"
+SETTINGS_NAME = "model.json"  # an engine model's settings, in its directory of the repository
+SETTINGS_FILE = Path(VLLM_MODEL) / SETTINGS_NAME
 
 TEXT_INPUT = "text_input"
 IMAGE = "image"

@@ -36,10 +36,10 @@ from rps_serve.cost.online import OnlineOptions
 from rps_serve.scheduling.parameters import FRONT_END_WORKERS, SHIPPED_POLICY, Policy
 from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
+from rps_serve.triton.protocol import SETTINGS_FILE as SETTINGS_FILE
+from rps_serve.triton.protocol import SETTINGS_NAME as SETTINGS_NAME
 from rps_serve.vllm_plugin.engine_args import scheduler_engine_kwargs
 
-SETTINGS_NAME = "model.json"  # an engine model's settings, in its directory of the repository
-SETTINGS_FILE = Path("vllm_model") / SETTINGS_NAME
 MODEL_ENV = "RPS_MODEL"
 POLICY_ENV = "RPS_POLICY"
 FRONT_END_ENV = "RPS_FRONT_END"

@@ -45,6 +45,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 from rps_serve.cost.model import CostModel
 from rps_serve.cost.online import OnlineCostModel
 from rps_serve.cost.runtime import cost_model_at
+from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.triton import protocol as p
 from rps_serve.triton.additional_outputs import AdditionalOutputs
 from rps_serve.triton.backend import (
@@ -148,7 +149,7 @@ class TritonPythonModel:
             settings = observing_costs(settings)
         else:
             cost_model = cost_model_at(settings.cost_model)
-        self.cost_model, self.class_source = cost_model, settings.class_source
+        self.class_source = settings.class_source
         self.metrics = ClassMetrics(pb_utils, args["model_name"])
         # vLLM's own metrics as vllm_backend exports them; made once the engine says its length.
         self.vllm_metrics: VllmMetrics | None = None
@@ -170,6 +171,10 @@ class TritonPythonModel:
         started = time.monotonic()
         starting = asyncio.run_coroutine_threadsafe(self._start_engine(engine_kwargs), self.loop)
         self.engine = starting.result()
+        # Classes as this engine's steps need them (`scheduling.class_edges`), for every policy: the
+        # classes the responses and the per-class series report are the ones the scheduler uses.
+        token_budget = self.engine.vllm_config.scheduler_config.max_num_batched_tokens
+        self.cost_model = engine_classes(cost_model, token_budget)
         asyncio.run_coroutine_threadsafe(self._engine_started(self.engine), self.loop).result()
         deadline_s = settings.engine_restart_deadline_s or restart_deadline_s(time.monotonic() - started)
         self.supervisor = EngineSupervisor(

@@ -25,7 +25,7 @@ def engine_request_features(request: Any) -> RequestFeatures:
     )
 
 
-def supplied_class(request: Any, num_levels: int) -> tuple[int, float] | None:
+def extra_args_class(request: Any, num_levels: int) -> tuple[int, float] | None:
     """The class level and estimated prefill seconds in `extra_args["rps"]`, if the caller supplied a
     level that fits this engine (the estimate NaN where it supplied none)."""
     extra = (request.sampling_params.extra_args or {}) if request.sampling_params else {}
@@ -55,7 +55,7 @@ def engine_class(model: CostModel, request: Any, needs_prefill: bool = True) -> 
     """A vLLM request's class level and estimated prefill seconds: the caller's, if it supplied a
     level that fits (the ensemble supplies both), else `model`'s (NaN where it estimates no prefill).
     Without `needs_prefill` a supplied level is taken without asking `model` for a missing estimate."""
-    supplied = supplied_class(request, model.num_classes)
+    supplied = extra_args_class(request, model.num_classes)
     if supplied is not None and (not needs_prefill or not math.isnan(supplied[1])):
         return supplied
     cost, levels = model.estimate(cols.feature_matrix([engine_request_features(request)]))

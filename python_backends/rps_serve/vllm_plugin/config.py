@@ -22,8 +22,6 @@ class RPSConfig:
       without one the engine classes by modality. `naive` forces that even with one (the ablation).
     - `chunk_cap_tokens`: caps prefill chunks while a lighter class waits behind a heavier prefill;
       0 disables it.
-    - `yield_prefills`: a running, part-prefilled request sits out a step while a waiting request that
-      outranks it can be admitted.
     - `decode_hold_s`: the longest a waiting request of a heavier class sits out steps for the lighter
       requests running when it arrived (`scheduling.holding`), in the paper's seconds on the aging
       clock; 0 disables it. `decode_hold_media_only` holds only requests with an image or a video.
@@ -43,7 +41,6 @@ class RPSConfig:
     cost_model: str | None = None
     naive: bool = False
     chunk_cap_tokens: int = 0
-    yield_prefills: bool = False
     max_preemptions: int = MAX_PREEMPTIONS
     decode_hold_s: float = 0.0
     decode_hold_media_only: bool = False

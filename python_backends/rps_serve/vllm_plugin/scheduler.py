@@ -44,6 +44,7 @@ from rps_serve.cost.observed import PrefillCostObserver, StepWork
 from rps_serve.cost.runtime import aging_time_scale
 from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
+from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.light_steps import SAND, may_start, plan_light_step
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
@@ -96,7 +97,7 @@ class _RPSMixin(Scheduler):
         super().__init__(*args, **kwargs)
         watch_parent()  # no orphaned engine: it ends with the process that started it
         self.rps = RPSConfig.from_additional_config(self.vllm_config.additional_config)
-        self.cost_model = engine_cost_model(self.rps)
+        self.cost_model = engine_classes(engine_cost_model(self.rps), self.max_num_scheduled_tokens)
         self.time_scale = self.rps.aging_time_scale or (
             aging_time_scale(Path(self.rps.cost_model)) if self.rps.cost_model else 1.0
         )
@@ -115,16 +116,13 @@ class _RPSMixin(Scheduler):
         self.preemption_rule = variant.preemption_rule()
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
-        self.yielded = 0  # steps a running prefill sat out for a request that outranked it
         self.light_steps = 0  # light steps (`scheduling.light_steps`) scheduled
         self.holds = 0  # steps a waiting request sat out, at the head of its class, for lighter ones running
-        self._yielded_to: Request | None = None  # the waiting request the last set-aside was for
         if self.rps.observed_costs is not None:
             self._costs = _ObservedCosts(Path(self.rps.observed_costs))
         # Read once, not at every step: a step reads them after the forward pass, each a cache miss.
         by_class = self.rps.policy.row.by_class
         self._caps_chunks = by_class and bool(self.rps.chunk_cap_tokens)
-        self._yields_prefills = by_class and self.rps.yield_prefills
         self._starts = self._kv_headroom(self.rps.policy.row.kv_reserve)
         self._light_budget = variant.light_budget(self.max_num_scheduled_tokens, self.cost_model)
         logger.info(
@@ -132,7 +130,7 @@ class _RPSMixin(Scheduler):
             "light steps of %s heavier prefill tokens",
             self.rps.policy.value,
             self.cost_model.num_classes,
-            type(self.cost_model).__name__,
+            self.cost_model,
             self.time_scale,
             self._light_budget or "(off)",
         )
@@ -193,20 +191,20 @@ class _RPSMixin(Scheduler):
 
     def _schedule_waiting(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """vLLM's loop, after an eviction for the best waiting request and with the step's KV headroom,
-        light step, chunk cap and set-aside prefills, where they act."""
+        light step and chunk cap, where they act."""
         self._evict_for_waiting()
         light = self._light_step()  # from the queue's head as it stands, before the headroom applies
         # The admission rules hold for this step's loop only: outside it, a queue that reads as empty
         # would tell vLLM that nothing waits.
         self.waiting.admits = self._starts if light is None else self._light_starts
         try:
-            if light is None and not self._caps_chunks and not self._yields_prefills:
+            if light is None and not self._caps_chunks:
                 return super().schedule(*args, **kwargs)  # the usual step: vLLM's loop as it is
-            cap, aside = self._prefill_cap(), self._outranked_prefills()
+            cap = self._prefill_cap()
+            aside: list[Request] = []
             if light is not None:
-                limit, heavier_aside = light
+                limit, aside = light
                 cap = min(cap, limit) if cap else limit
-                aside += [r for r in heavier_aside if r not in aside]
             if not cap and not aside:
                 return super().schedule(*args, **kwargs)
             with self._chunk_cap(cap), self._set_aside(aside):
@@ -324,32 +322,6 @@ class _RPSMixin(Scheduler):
         self._preempt_request(victim, time.monotonic())
         self.evictions[self.waiting.level(victim)] += 1
         logger.debug("evicted %s for waiting %s", victim.request_id, candidate.request_id)
-
-    def _outranked_prefills(self) -> list[Request]:
-        """Running requests part-way through their prefill that the best waiting request outranks (a
-        lighter class and a better score), when the KV cache has room for it: they sit this step out.
-        Once per waiting request: if it is still waiting after they yielded to it (something else kept
-        it out, the encoder cache for one), they go on, so that nothing waits on a step that never comes."""
-        if not self._yields_prefills or not self.waiting:
-            return []
-        candidate = self.waiting.peek_request()
-        if candidate is self._yielded_to or self._kv_short_for(candidate):
-            return []
-        prefilling = [
-            r
-            for r in self.running
-            if r.status == RequestStatus.RUNNING and r.num_computed_tokens < r.num_prompt_tokens
-        ]
-        best, *contenders = self._contenders([candidate, *prefilling])
-        outranked = [
-            request
-            for request, running in zip(prefilling, contenders, strict=True)
-            if best.level < running.level and best.score < running.score
-        ]
-        if outranked:
-            self._yielded_to = candidate
-            self.yielded += len(outranked)
-        return outranked
 
     @contextmanager
     def _set_aside(self, requests: list[Request]) -> Iterator[None]:

@@ -143,7 +143,7 @@ def test_supplied_class_wins_over_the_engine_estimate(tiny_model: Path, driver_f
     assert driver.first_token_order() == ["video-said-sand", "plain-image", "text-said-rock"]
 
 
-def _sand_behind_a_chunked_rock(engine: Any, driver_for: Any, rock_left: int = 128) -> Any:
+def _sand_behind_a_chunked_rock(engine: Any, driver_for: Any, rock_left: int) -> Any:
     """A rock with more than `rock_left` prompt tokens left after its first chunk, then sand: both
     run to completion. Returns the driver, whose steps say who got a first token when."""
     scheduler = scheduler_of(engine)
@@ -158,22 +158,6 @@ def _sand_behind_a_chunked_rock(engine: Any, driver_for: Any, rock_left: int = 1
     driver.run()
     assert driver.output_tokens == {"rock": 4, "sand": 4}
     return driver
-
-
-@pytest.mark.parametrize("yield_prefills", [True, False], ids=["yielding", "not-yielding"])
-def test_a_running_prefill_sits_out_for_sand_that_outranks_it(
-    tiny_model: Path, driver_for: Any, yield_prefills: bool
-) -> None:
-    """A rock part-way through a chunked prefill (64-token steps): sand arriving then gets its first
-    token before the rock when the rock yields its steps, and only after it when it does not. Either
-    way the rock keeps its blocks and completes."""
-    engine = make_engine(
-        tiny_model, Policy.RPS, max_num_batched_tokens=64, rps={"yield_prefills": yield_prefills}
-    )
-    driver = _sand_behind_a_chunked_rock(engine, driver_for)
-    sand_first = driver.first_token_step["sand"] < driver.first_token_step["rock"]
-    assert sand_first is yield_prefills
-    assert (scheduler_of(engine).yielded > 0) is yield_prefills
 
 
 @pytest.mark.parametrize("hold_s", [5.0, 0.0], ids=["holding", "not-holding"])

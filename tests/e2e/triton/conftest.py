@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rps_harness.cli.classify import repository_classes
 from rps_harness.client import Generation, StreamClient, StreamResult, encode_image, encode_video
 from rps_harness.loadtest.server_stats import MetricsSnapshot, scrape
 from rps_harness.local.repository import policy_models, policy_repository
@@ -25,7 +26,7 @@ from rps_harness.local.server import Endpoints, local_server
 from rps_harness.local.tiny_model import TinyModelSpec
 from rps_harness.workload.media import random_image, random_video
 from rps_harness.workload.prompts import filler_text
-from rps_serve.cost.runtime import OnnxCostModel
+from rps_serve.cost.model import CostModel
 from rps_serve.requests import Modality, RequestFeatures
 from rps_serve.triton import protocol as p
 from rps_serve.triton.settings import MODEL_ENV, SETTINGS_FILE
@@ -43,8 +44,9 @@ class Server:
     repository: Path
     model: Path
 
-    def cost_model(self) -> OnnxCostModel:
-        return OnnxCostModel.from_repository(self.repository)
+    def cost_model(self) -> CostModel:
+        """How the server classes requests: its ONNX models within its engine's class edges."""
+        return repository_classes(self.repository)
 
 
 @contextmanager

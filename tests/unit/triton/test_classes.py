@@ -11,6 +11,7 @@ import pytest
 from rps_serve.cost import features as cols
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.triton.classes import ClassInfo, ClassSource, decide_class, estimated_class, supplied_class
 
 VIDEO = RequestFeatures(Modality.VIDEO, 6300, 6272)
@@ -47,3 +48,14 @@ def test_verify_overrules_a_lighter_claim_and_keeps_a_heavier_one(cost_model: On
 def test_trust_takes_the_claim_as_given(cost_model: OnnxCostModel) -> None:
     claim = _claim(0)
     assert decide_class(cost_model, ClassSource.TRUST, claim, VIDEO) == claim
+
+
+def test_the_engines_class_edges_hold_for_every_claim(trained_repository: Path) -> None:
+    """A claim meets the served engine's class edges (`scheduling.class_edges`), as the server's own
+    class does: sand longer than the room for sand is pebbles, even where the claim is trusted."""
+    edged = engine_classes(OnnxCostModel.from_repository(trained_repository), 2048)
+    long_text = RequestFeatures(Modality.TEXT, 1800, 0)
+    for source in ClassSource:
+        assert decide_class(edged, source, _claim(0), long_text).level == 1
+    short_text = RequestFeatures(Modality.TEXT, 100, 0)
+    assert decide_class(edged, ClassSource.TRUST, _claim(0), short_text).level == 0

@@ -87,17 +87,22 @@ def test_every_waiting_queue_call_lands_in_the_class_queue(build: Build) -> None
 
 
 def test_a_prefill_set_aside_sits_out_one_step(build: Build) -> None:
-    """With `yield_prefills`, a rock part-way through its prefill leaves the step to sand that
-    outranks it: `schedule()` must read `self.running` and the slot limits at each call."""
-    scheduler = build(yield_prefills=True)
+    """A rock part-way through its prefill, set aside for one step (as a light step sets aside the
+    heavier prefills past the first), leaves that step to the sand waiting behind it, in the one
+    sequence slot left: `schedule()` must read `self.running` and the slot limits at each call."""
+    scheduler = build(max_num_seqs=2)
     scheduler.add_request(classed_request("rock", ROCK, 2000))
     first = scheduler.schedule()
     assert first.num_scheduled_tokens == {"rock": 256}
     feed(scheduler, first)
     scheduler.add_request(classed_request("sand", SAND, 20))
-    second = scheduler.schedule()
+    (rock,) = scheduler.running
+    with scheduler._set_aside([rock]):
+        second = scheduler.schedule()
+        assert scheduler.max_num_running_reqs == 1
     assert second.num_scheduled_tokens == {"sand": 20}
-    assert scheduler.yielded == 1 and [r.request_id for r in scheduler.running] == ["rock", "sand"]
+    assert scheduler.max_num_running_reqs == 2
+    assert [r.request_id for r in scheduler.running] == ["rock", "sand"]
     feed(scheduler, second)
     assert "rock" in scheduler.schedule().num_scheduled_tokens
 
