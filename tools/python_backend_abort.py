@@ -1,5 +1,6 @@
 """Triton 2.51's Python backend aborts the whole server when a decoupled model's stub dies while it
-sends responses: shown on demand without any code of this project.
+sends responses: shown on demand without any serving code of this project (the server's tree is
+prepared as the e2e tests' is, `rps_harness.local.server.prepare_server_tree`).
 
 The script writes a throwaway model repository of trivial decoupled Python-backend models (each
 request is answered from a thread of its own with `--responses` one-string responses,
@@ -28,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+
+from rps_harness.local.server import prepare_server_tree
 
 LOCALHOST = "127.0.0.1"
 ABORT_MARKS = ("lock_exception", "terminate called", "Signal (6)")
@@ -115,24 +117,6 @@ class Round:
     responses_before_kill: int = 0
     stubs_killed: int = 0
     detail: str = ""
-
-
-def pytriton_tree() -> Path:
-    import pytriton
-
-    return Path(pytriton.__file__).parent / "tritonserver"
-
-
-def prepare_tree(workdir: Path) -> Path:
-    """A writable copy of the wheel's server tree with this interpreter's stub in the Python backend."""
-    source = pytriton_tree()
-    tree = workdir / "tritonserver"
-    if not (tree / "bin" / "tritonserver").is_file():
-        shutil.copytree(source, tree, dirs_exist_ok=True)
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = source / "python_backend_stubs" / version / STUB_NAME
-    shutil.copy2(stub, tree / "backends" / "python" / STUB_NAME)
-    return tree
 
 
 def write_repository(root: Path, setup: Setup) -> list[str]:
@@ -360,7 +344,7 @@ def main() -> int:
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="python-backend-abort-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    tree = prepare_tree(workdir)
+    tree = prepare_server_tree(workdir)
     print(f"{setup}; logs in {workdir}", flush=True)
     outcomes = []
     for number in range(1, args.rounds + 1):
