@@ -1,7 +1,7 @@
 """Readiness and liveness probes for orchestrators: `python3 -m rps_serve.probe ready|live`.
 
 Exit status 0 when the check passes, 1 (with the reason on stderr) when it fails. Each check is one
-local HTTP request, a health request to `vllm_model` (`protocol.HEALTH`), which its stub answers at
+local HTTP request, a health request to `vllm_model` (`names.HEALTH`), which its stub answers at
 once, whatever the load, with its engine's state (`engine_supervisor.EngineState`). A dead stub cannot
 answer: Triton 2.51 keeps its model "ready" but answers for it "Stub process ... is not healthy", and
 says the same within about a second of a request's arrival for a stub that is alive but hung (stopped,
@@ -27,7 +27,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from rps_serve.triton import protocol as p
+from rps_serve.triton import names as p
 from rps_serve.triton.engine_supervisor import EngineState
 
 TIMEOUT_S = 4.0

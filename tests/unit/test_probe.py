@@ -3,7 +3,10 @@ only while the engine serves, `live` fails only where the replica cannot recover
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -83,3 +86,23 @@ def test_each_state_passes_or_fails_each_probe(
 def test_probe_fails_when_nothing_answers() -> None:
     assert main(["live", "--http", "127.0.0.1:1"]) == 1
     assert main(["ready", "--http", "127.0.0.1:1"]) == 1
+
+
+@pytest.mark.slow
+def test_the_command_line_the_image_runs_needs_only_the_standard_library(triton: str) -> None:
+    """`python3 -m rps_serve.probe` as the image's probes run it, a fresh process every few seconds:
+    it answers from the health request and imports nothing outside the standard library (numpy alone
+    is hundreds of files to read at every start)."""
+    _Triton.answer = _state("serving")
+    command = [sys.executable, "-m", "rps_serve.probe", "ready", "--http", triton]
+    assert subprocess.run(command, timeout=60, check=False).returncode == 0
+    # What this interpreter loads at start (a venv's .pth files may import packages) is not the probe's.
+    modules = (
+        "import sys; before = set(sys.modules); import rps_serve.probe; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before}))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", modules], timeout=60, check=True, capture_output=True, text=True
+    )
+    outside = set(ast.literal_eval(loaded.stdout)) - set(sys.stdlib_module_names) - {"rps_serve"}
+    assert not outside, f"the probe imports {sorted(outside)}"

@@ -14,7 +14,7 @@ from rps_serve.cost.model import CostModel
 from rps_serve.cost.runtime import OnnxCostModel
 from rps_serve.requests import Modality, RequestClass, RequestFeatures
 from rps_serve.scheduling.class_edges import engine_classes
-from rps_serve.triton.protocol import SETTINGS_FILE
+from rps_serve.triton.names import SETTINGS_FILE
 
 
 def add_parser(commands: Any) -> None:

@@ -15,19 +15,18 @@ import json
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rps_serve.cost import features as cols
 from rps_serve.requests import Modality, RequestFeatures
-
-# The repository's models that clients call
-ENSEMBLE = "rps_ensemble"
-VLLM_MODEL = "vllm_model"
-SETTINGS_NAME = "model.json"  # an engine model's settings, in its directory of the repository
-SETTINGS_FILE = Path(VLLM_MODEL) / SETTINGS_NAME
+from rps_serve.triton.names import ENGINE_STATE as ENGINE_STATE
+from rps_serve.triton.names import ENSEMBLE as ENSEMBLE
+from rps_serve.triton.names import HEALTH as HEALTH
+from rps_serve.triton.names import SETTINGS_FILE as SETTINGS_FILE
+from rps_serve.triton.names import SETTINGS_NAME as SETTINGS_NAME
+from rps_serve.triton.names import VLLM_MODEL as VLLM_MODEL
 
 TEXT_INPUT = "text_input"
 IMAGE = "image"
@@ -64,11 +63,6 @@ ASSESSED_KV_TOKENS = "rps_assessed_kv_tokens"  # int64 [n]
 NUM_CLASSES = "rps_num_classes"  # int64 [1]
 MAX_ASSESSED = 4096  # rows in one assessment
 
-# A vllm_model request carrying `rps_health` (BOOL [1]) is answered at once, whatever the load, with
-# `rps_engine_state` (BYTES [1]): the engine's state (`engine_supervisor.EngineState`: serving,
-# restarting, overdue, failed); it generates nothing. The orchestrator's probes ask it (`rps_serve.probe`).
-HEALTH = "rps_health"
-ENGINE_STATE = "rps_engine_state"
 
 # vllm_model / ensemble outputs
 TEXT_OUTPUT = "text_output"

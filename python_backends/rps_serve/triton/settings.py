@@ -36,8 +36,8 @@ from rps_serve.cost.online import OnlineOptions
 from rps_serve.scheduling.parameters import FRONT_END_WORKERS, SHIPPED_POLICY, Policy
 from rps_serve.triton.classes import ClassSource
 from rps_serve.triton.media import MediaLimits
-from rps_serve.triton.protocol import SETTINGS_FILE as SETTINGS_FILE
-from rps_serve.triton.protocol import SETTINGS_NAME as SETTINGS_NAME
+from rps_serve.triton.names import SETTINGS_FILE as SETTINGS_FILE
+from rps_serve.triton.names import SETTINGS_NAME as SETTINGS_NAME
 from rps_serve.vllm_plugin.engine_args import scheduler_engine_kwargs
 
 MODEL_ENV = "RPS_MODEL"

@@ -1,6 +1,9 @@
-"""The deployment's probes under streaming load, and the `vllm_model` stub hung (SIGSTOP) under load: both
-probes fail at once naming the stub, and `rps-serve bench` counts the request it sent before the hang
-as lost and exits 1 after its deadline.
+"""The `vllm_model` stub hung (SIGSTOP) with a request in flight: both probes fail at once naming the
+stub, and `rps-serve bench` counts the request it sent before the hang as lost and exits 1 after its
+deadline. (The probes under streaming load pass: `test_stub_death.py::test_stub_killed_under_load`,
+before its kill. Here no earlier streams run for nobody ahead of the bench: Triton 2.51 does not flag
+every cancelled stream, and once, beside six such streams, the bench's request did not reach
+`vllm_model` within 300 s.)
 
 One server for the module (the shipped policy), used up by the hang: on Triton 2.51 a stub hung while
 a request arrives is declared "not healthy", and the server aborts when the stub resumes
@@ -26,11 +29,8 @@ from rps_harness.workload.trace import Trace, write_trace
 from tests.e2e.triton.conftest import VLLM_MODEL, Server, metrics
 from tests.e2e.triton.faults.conftest import (
     fault_server,
-    long_texts,
-    probe,
     probe_result,
     served_context,
-    start_streams,
     vllm_model_stub,
 )
 
@@ -45,20 +45,6 @@ BENCH_DRAIN_S = 5.0
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with fault_server(tmp_path_factory) as running:
         yield running
-
-
-def test_probes_pass_under_load(server: Server) -> None:
-    """Six long streams in the engine, each still open and short of half its tokens before the probes
-    run and after both have passed (`LongStreams.assert_open`): the health request is answered beside
-    them, whatever the machine's speed."""
-    client = start_streams(server, long_texts(server, 6, seed=21))
-    try:
-        client.assert_open()
-        assert probe(server, "ready") == 0
-        assert probe(server, "live") == 0
-        client.assert_open()
-    finally:
-        client.close(cancel_requests=True)
 
 
 def _admitted(server: Server) -> float:

@@ -112,6 +112,9 @@ def test_stub_killed_under_load(tmp_path_factory: pytest.TempPathFactory, policy
         client.silence_timeout_s = SILENCE_S
         try:
             client.assert_open()
+            # A busy replica is not a failed one: both probes pass beside the six streams, still open.
+            assert probe(server, "ready") == 0 and probe(server, "live") == 0
+            client.assert_open()
             os.kill(stub.pid, signal.SIGKILL)
             killed = time.monotonic()
             # At once, not after a run of failures: the dead stub's streams hang until the server goes.
