@@ -10,6 +10,8 @@ int, float or bool (optional or not) is cast the same way; booleans read "true"/
 (vllm_backend's `bool("false")` would be True). Keys vllm_backend honours that this deployment does
 not serve are refused by name, not passed to the engine: structured output (`structured_outputs`, or
 vllm_backend's `guided_decoding`) and LoRA adapters (`lora_name`).
+`sampling_params` builds a request's vLLM `SamplingParams` from them, within the model's limits and
+with the class the RPS scheduler reads.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from rps_serve.triton import protocol as p
+from rps_serve.triton.media import MediaLimits
+from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
+
+if typing.TYPE_CHECKING:
+    from rps_serve.triton.classes import ClassInfo
 
 _SCALARS = (bool, int, float)
+SEED_MIN, SEED_END = -(2**63), 2**64  # what torch.Generator.manual_seed takes
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 REFUSED = {
     "structured_outputs": "structured output is not served by this deployment",
@@ -84,3 +92,41 @@ def as_declared(
         key: _cast(key, value, scalars[key], source) if isinstance(value, str) and key in scalars else value
         for key, value in parameters.items()
     }
+
+
+def sampling_params(
+    parameters: dict[str, Any],
+    info: ClassInfo,
+    limits: MediaLimits,
+    source: str = p.sampling_source(from_tensor=True),
+) -> Any:
+    """vLLM `SamplingParams` within the limits: one completion (the responses carry one) of at most
+    `max_output_tokens` tokens (vLLM reads `max_tokens: null` as "up to the context length");
+    `source` is what the parameters came in (`protocol.sampling_source`), as errors name it."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMClientError
+
+    parameters = as_declared(parameters, SamplingParams, source)
+    extra_args = parameters.get("extra_args")
+    if isinstance(extra_args, dict) and EXTRA_ARGS_KEY in extra_args:
+        raise p.BadRequest(f"{source}: extra_args.{EXTRA_ARGS_KEY} is the server's (the request's class)")
+    if info.supplied:
+        parameters["extra_args"] = {**(parameters.get("extra_args") or {}), **info.extra_args()}
+    try:
+        params = SamplingParams(**parameters)
+    except (TypeError, ValueError, OverflowError, VLLMClientError) as error:
+        raise p.BadRequest(f"invalid {source}: {error}") from None
+    # Checked here because the engine-core process would fail on them, taking every request down.
+    if params.extra_args is not None and not isinstance(params.extra_args, dict):
+        raise p.BadRequest(f"{source}: extra_args must be an object")
+    if params.seed is not None and not SEED_MIN <= params.seed < SEED_END:
+        raise p.BadRequest(f"{source}: seed must be in [{SEED_MIN}, {SEED_END})")
+    if params.n != 1:
+        raise p.BadRequest(f"{source}: n must be 1, got {params.n}")
+    if params.max_tokens is None:
+        params.max_tokens = limits.max_output_tokens
+    elif params.max_tokens > limits.max_output_tokens:
+        raise p.BadRequest(
+            f"{source}: max_tokens is {params.max_tokens}; the limit is {limits.max_output_tokens}"
+        )
+    return params

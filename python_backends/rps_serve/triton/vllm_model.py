@@ -27,13 +27,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +58,15 @@ from rps_serve.triton.engine_input import MediaRenderer
 from rps_serve.triton.engine_stats import engine_stats_logger
 from rps_serve.triton.engine_supervisor import EngineState, EngineSupervisor, restart_deadline_s
 from rps_serve.triton.front_end import FrontEnd
-from rps_serve.triton.media import MediaLimits
 from rps_serve.triton.online_costs import CostModelMetrics, ObservedCostFeed, observing_costs
 from rps_serve.triton.preprocess import Preprocessor
 from rps_serve.triton.prompt_tokens import PromptTokenCounter
+from rps_serve.triton.request_progress import RequestProgress
 from rps_serve.triton.run_log import ITERATION_DETAILS_ARG, RunLog, watch_loop_lag
-from rps_serve.triton.sampling import as_declared
+from rps_serve.triton.sampling import sampling_params
 from rps_serve.triton.settings import FrontEndMode, load_settings
 from rps_serve.triton.triton_log import log_to_triton
 from rps_serve.triton.vllm_metrics import VllmMetrics
-from rps_serve.vllm_plugin.config import EXTRA_ARGS_KEY
 from rps_serve.vllm_plugin.parent_watch import start_parent_watcher
 
 logger = logging.getLogger(__name__)
@@ -79,61 +76,6 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # a request waits or is prefilled, so checking only when an output arrives would run it that long for
 # nobody; each check is a round trip to the server, so not too often.
 CANCEL_POLL_S = 0.5
-SEED_MIN, SEED_END = -(2**63), 2**64  # what torch.Generator.manual_seed takes
-
-
-def sampling_params(
-    parameters: dict[str, Any],
-    info: ClassInfo,
-    limits: MediaLimits,
-    source: str = p.sampling_source(from_tensor=True),
-) -> Any:
-    """vLLM `SamplingParams` within the limits: one completion (the responses carry one) of at most
-    `max_output_tokens` tokens (vLLM reads `max_tokens: null` as "up to the context length");
-    `source` is what the parameters came in (`protocol.sampling_source`), as errors name it."""
-    from vllm import SamplingParams
-
-    parameters = as_declared(parameters, SamplingParams, source)
-    extra_args = parameters.get("extra_args")
-    if isinstance(extra_args, dict) and EXTRA_ARGS_KEY in extra_args:
-        raise p.BadRequest(f"{source}: extra_args.{EXTRA_ARGS_KEY} is the server's (the request's class)")
-    if info.supplied:
-        parameters["extra_args"] = {**(parameters.get("extra_args") or {}), **info.extra_args()}
-    try:
-        params = SamplingParams(**parameters)
-    except (TypeError, ValueError, OverflowError, VLLMClientError) as error:
-        raise p.BadRequest(f"invalid {source}: {error}") from None
-    # Checked here because the engine-core process would fail on them, taking every request down.
-    if params.extra_args is not None and not isinstance(params.extra_args, dict):
-        raise p.BadRequest(f"{source}: extra_args must be an object")
-    if params.seed is not None and not SEED_MIN <= params.seed < SEED_END:
-        raise p.BadRequest(f"{source}: seed must be in [{SEED_MIN}, {SEED_END})")
-    if params.n != 1:
-        raise p.BadRequest(f"{source}: n must be 1, got {params.n}")
-    if params.max_tokens is None:
-        params.max_tokens = limits.max_output_tokens
-    elif params.max_tokens > limits.max_output_tokens:
-        raise p.BadRequest(
-            f"{source}: max_tokens is {params.max_tokens}; the limit is {limits.max_output_tokens}"
-        )
-    return params
-
-
-@dataclass
-class _Progress:
-    """What one request has produced so far (for metrics and the final response)."""
-
-    text: str = ""
-    sent: int = 0  # characters of `text` already streamed
-    first_token: bool = False
-    preemptions: int = 0
-    cancelled: bool = False
-    outputs: frozenset[str] = frozenset()  # the outputs its responses carry (`protocol.outputs_to_send`)
-    additional: AdditionalOutputs = field(default_factory=AdditionalOutputs)
-    # Where the request spent its time before the engine (monotonic seconds), for the run log.
-    front_end_queue_s: float = 0.0
-    front_end_work_s: float = 0.0
-    submitted: float = 0.0  # handed to `generate`
 
 
 class TritonPythonModel:
@@ -375,7 +317,7 @@ class TritonPythonModel:
         )
         priority = self.policy.request_priority(info.level, features.modality)
         request_id = f"{request.request_id() or 'triton'}-{uuid.uuid4().hex}"
-        progress = _Progress(
+        progress = RequestProgress(
             outputs=p.outputs_to_send(request.requested_output_names(), parsed.additional_outputs),
             additional=AdditionalOutputs(parsed.additional_outputs),
         )
@@ -410,7 +352,7 @@ class TritonPythonModel:
         arrival: float,
         arrival_wall: float,
         sender: Any,
-        progress: _Progress,
+        progress: RequestProgress,
     ) -> dict[str, Any] | None:
         """The request's input for the engine, from a front-end worker: its media decoded and, under
         a class-aware policy, rendered (`engine_input`); None if the client cancelled before a worker
@@ -465,7 +407,7 @@ class TritonPythonModel:
 
     @staticmethod
     async def _until_done_or_cancelled(
-        streaming: asyncio.Future[None], sender: Any, progress: _Progress
+        streaming: asyncio.Future[None], sender: Any, progress: RequestProgress
     ) -> None:
         """Wait for `streaming`, checking every `CANCEL_POLL_S` whether the client cancelled."""
         while not (await asyncio.wait({streaming}, timeout=CANCEL_POLL_S))[0]:
@@ -486,7 +428,7 @@ class TritonPythonModel:
         request_id: str,
         parsed: p.GenerateRequest,
         sender: Any,
-        progress: _Progress,
+        progress: RequestProgress,
         info: ClassInfo,
         arrival: float,
     ) -> None:
@@ -503,54 +445,14 @@ class TritonPythonModel:
                 if sender.is_cancelled():
                     progress.cancelled = True
                     return
-                delta = progress.text[progress.sent :]
-                progress.sent = len(progress.text)
-                sender.send(self._response(delta, progress, info), flags=FINAL if output.finished else 0)
+                response = progress.response(pb_utils, progress.unsent(), info)
+                sender.send(response, flags=FINAL if output.finished else 0)
         if not parsed.stream:
             text = progress.text if parsed.exclude_input_in_output else parsed.prompt + progress.text
-            sender.send(self._response(text, progress, info), flags=FINAL)
+            sender.send(progress.response(pb_utils, text, info), flags=FINAL)
 
-    def _record(self, output: Any, progress: _Progress, info: ClassInfo, arrival: float) -> None:
-        completion = output.outputs[0]
-        if completion.token_ids and not progress.first_token:
-            progress.first_token = True
+    def _record(self, output: Any, progress: RequestProgress, info: ClassInfo, arrival: float) -> None:
+        if progress.record(output):
             self.metrics.first_token(info.request_class, time.monotonic() - arrival)
             if self.run_log is not None:
-                self._log_stages(output, progress, info, arrival)
-        progress.text = completion.text
-        progress.additional.record(output)
-        if output.metrics is not None:
-            progress.preemptions = output.metrics.num_preemptions
-
-    def _log_stages(self, output: Any, progress: _Progress, info: ClassInfo, arrival: float) -> None:
-        """A request's way to its first token, stage by stage, for every front end alike: vLLM's own
-        input processing (from `generate` to the engine core's queue) counts as front-end work, not as
-        the engine's. The engine core's timestamps are monotonic seconds, the clock used here."""
-        assert self.run_log is not None
-        stats = output.metrics
-        queued = getattr(stats, "queued_ts", 0.0) or math.nan
-        scheduled = getattr(stats, "scheduled_ts", 0.0) or math.nan
-        first = getattr(stats, "first_token_ts", 0.0) or math.nan
-        self.run_log.write(
-            "request",
-            level=info.level,
-            arrival=arrival,
-            front_end_queue_s=progress.front_end_queue_s,
-            front_end_work_s=progress.front_end_work_s,
-            vllm_input_s=queued - progress.submitted,
-            engine_queue_s=scheduled - queued,
-            prefill_s=first - scheduled,
-            to_first_token_s=time.monotonic() - arrival,
-        )
-
-    @staticmethod
-    def _response(text: str, progress: _Progress, info: ClassInfo) -> Any:
-        outputs: dict[str, Callable[[], np.ndarray | str]] = {
-            p.TEXT_OUTPUT: lambda: text,
-            **progress.additional.take(),
-            p.RPS_CLASS: lambda: info.request_class.label,
-            p.EST_PREFILL_S: lambda: np.array([info.est_prefill_s], dtype=np.float32),
-        }
-        return pb_utils.InferenceResponse(
-            output_tensors=requested_outputs(pb_utils, progress.outputs, outputs)
-        )
+                self.run_log.write("request", level=info.level, **progress.stages(output, arrival))
