@@ -82,7 +82,9 @@ def _delta(after: MetricsSnapshot, before: MetricsSnapshot, name: str) -> float:
 def _flagged_end_cancelled(ends: Ends, mark: frozenset[Path], aborted: float) -> int:
     """Every request `vllm_model` ended since `mark` ended with a response or an error, never an empty
     final; each one it was told was cancelled ended with a `CANCELLED` error naming it, and those are
-    the ones it counted aborted (`aborted`, the change in `rps_cancelled_total`). How many were told."""
+    no fewer than it counted aborted (`aborted`, the change in `rps_cancelled_total`): the counter
+    moves just after the CANCELLED error is sent, so a read right after may miss the last (CI: 2
+    flagged, 1 counted). How many were told."""
     ended = [end for end in ends.since(mark) if end.model == VLLM_MODEL]
     assert not [end for end in ended if end.end == "empty final"], ended
     flagged = [end for end in ended if end.cancelled]
@@ -92,7 +94,7 @@ def _flagged_end_cancelled(ends: Ends, mark: frozenset[Path], aborted: float) ->
         if end.code != "CANCELLED" or p.attributed_request(end.message or "") != end.request_id
     ]
     assert not wrong, f"flagged requests that did not end with a CANCELLED error naming them: {wrong}"
-    assert len(flagged) == aborted, (flagged, aborted)
+    assert aborted <= len(flagged), (flagged, aborted)
     return len(flagged)
 
 
