@@ -166,10 +166,11 @@ class LongStreams(StreamClient):
         )
 
 
-def start_streams(server: Server, generations: list[Generation], timeout_s: float = 180) -> LongStreams:
+def start_streams(server: Server, generations: list[Generation], timeout_s: float = 300) -> LongStreams:
     """Stream `generations` through `rps_ensemble` on one gRPC stream; returns once each has produced
     text, so every one is in the engine when the test strikes. The test checks them
-    (`LongStreams.assert_open`) just before it does."""
+    (`LongStreams.assert_open`) just before it does. The wait is a deadline, not a verdict: six streams
+    on an engine just restarted, beside CI's other suites, once had not all produced text in 180 s."""
     client = LongStreams(server.endpoints.grpc_url, served_context(server))
     for index, generation in enumerate(generations):
         request_id = f"long-{index}"
