@@ -27,7 +27,7 @@ from rps_harness.comparison import HEADLINE_METRICS, STOCK_PRIORITIES, Metric, p
 from rps_harness.metrics import RequestRecords
 from rps_harness.sim.simulator import policy_variant
 
-CANDIDATES = ("rps", "rps-no-evict", "bounded", "bounded-evict", "headroom", "headroom-cost")
+CANDIDATES = ("rps", "rps-no-evict", "headroom", "headroom-cost")
 METRICS: tuple[Metric, ...] = tuple(
     m
     for name in ("sand P90 TTFT", "text P90 TTFT", "normalized latency mean", "video mean TTFT")

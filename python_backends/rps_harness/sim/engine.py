@@ -291,7 +291,6 @@ class Engine:
             self.queues.score(self._level[request], self._rank[request]),
             self._rank[request],
             int(self.preemptions[request]),
-            self._known_tokens(request),
         )
         position = self.rule.victim_position(
             waiting,
@@ -299,7 +298,6 @@ class Engine:
             self._running_scores(ids),
             self.work.ranks[ids],
             self.preemptions[ids],
-            self.computed[ids],
         )
         return None if position is None else int(candidates[position])
 
@@ -406,17 +404,12 @@ class Engine:
         with self.holds.applied(self.queues, self._running_levels, self.now):
             yield
 
-    def _prefilling(self) -> list[tuple[int, float]]:
-        """(level, rank time) of the running requests whose prompt is not yet computed."""
-        ids = self.running[self.computed[self.running] < self.work.prompt_tokens[self.running]].tolist()
-        return [(self._level[r], self._rank[r]) for r in ids]
-
     def _running_levels(self) -> Mapping[Hashable, int]:
         return {request: self._level[request] for request in self.running.tolist()}
 
     def step(self) -> float:
         """Schedule and run one step; returns its duration (0 when nothing could run)."""
-        self.queues.begin_iteration(self._prefilling() if self.queues.regulator.bounded else ())
+        self.queues.begin_iteration()
         preemptions_before = self.preemption_count
         admitted: list[int] = []
         tokens: list[int] = []

@@ -30,6 +30,8 @@ class PolicyVariant:
     receives too), where classes come from, and the layout.
 
     `naive_classes`: text/image/video as sand/pebbles/rocks instead of the cost model's classes.
+    `evicts`: a waiting request may evict a running one where the policy's `PreemptionRule` allows
+    (False, an ablation, leaves only vLLM's own preemption of a running request that cannot grow).
     `modserve`: half the GPUs (rounded down) run the vision encoder, one request per GPU, first come
     first served; the other half run the LLM engine with tensor parallelism.
     """
@@ -37,6 +39,7 @@ class PolicyVariant:
     name: str
     scheduling: SchedulingVariant
     naive_classes: bool = False
+    evicts: bool = True
     modserve: bool = False
 
     @property
@@ -57,7 +60,7 @@ POLICY_VARIANTS: dict[str, PolicyVariant] = {
         ),
         PolicyVariant("rps-naive", SchedulingVariant(Policy.RPS), naive_classes=True),
         PolicyVariant("rps-cap", SchedulingVariant(Policy.RPS, chunk_cap_tokens=SIM_CHUNK_CAP_TOKENS)),
-        PolicyVariant("rps-no-evict", SchedulingVariant(Policy.RPS, evicts=False)),
+        PolicyVariant("rps-no-evict", SchedulingVariant(Policy.RPS), evicts=False),
         PolicyVariant("headroom-cost", SchedulingVariant(Policy.HEADROOM, cost_order=COST_ORDER)),
         PolicyVariant("headroom-light", SchedulingVariant(Policy.HEADROOM, light_steps=True)),
         PolicyVariant("modserve", SchedulingVariant(Policy.FCFS), modserve=True),
@@ -95,7 +98,8 @@ def served_settings(name: str) -> tuple[Policy, dict[str, Any]]:
         if getattr(variant.scheduling, f.name) != getattr(own, f.name)
     }
     naive = variant.naive_classes and not variant.policy.row.by_modality
-    if variant.modserve or naive or not set(changed) <= set(RPSConfig.__dataclass_fields__):
+    expressed = set(changed) <= set(RPSConfig.__dataclass_fields__)
+    if variant.modserve or naive or not variant.evicts or not expressed:
         raise ValueError(f"the plug-in's settings do not express {name!r}")
     return variant.policy, changed
 
@@ -262,7 +266,7 @@ def engine_for(
         config,
         deployment.timing(gpus),
         queues,
-        scheduling.preemption_rule(),
+        scheduling.preemption_rule() if variant.evicts else None,
         scheduling.chunk_cap_tokens,
         observer,
         holds,

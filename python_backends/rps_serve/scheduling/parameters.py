@@ -16,7 +16,10 @@ FRONT_END_WORKERS = 2
 
 
 class Policy(enum.Enum):
-    """How waiting requests are ordered; what each policy does is its row of `POLICY_TABLE`.
+    """How waiting requests are ordered; what each policy does is its row of `POLICY_TABLE`. Every
+    one can be served (model.json's `policy`): the shipped one, the paper's policy and its ablations
+    (to reproduce its figures), and stock vLLM's as the baselines. Orders tried in the simulator and
+    lost leave the code (docs/decisions.md lists them); a trial lives in the simulator's variants.
 
     - rps: static class priority plus bounded aging (the paper's policy);
     - static: static class priority only, FCFS inside a class;
@@ -27,11 +30,6 @@ class Policy(enum.Enum):
       static class order, no aging, and a waiting request never preempts a running one;
     - modality-priority: stock vLLM's `priority` policy with the modality as the priority (text 0,
       image 1, video 2), what a vLLM user configures without RPS-Serve at all;
-    - bounded: class order, and a wait bound in place of the aging clock: a request of a heavier
-      class that has waited `wait_bound_slowdown` times its class's isolated TTFT goes ahead of every
-      class, oldest first; no eviction for a waiting request;
-    - bounded-evict: bounded, with evictions only of victims that have computed no more tokens than
-      the waiting request will (their recompute costs no more than the request they make room for);
     - headroom: class order, arrival inside a class, no aging and no eviction for a waiting request;
       a request of the heaviest class starts only where a share of the KV cache stays free after it
       (`scheduling.admission`).
@@ -44,8 +42,6 @@ class Policy(enum.Enum):
     FCFS = "fcfs"
     VLLM_PRIORITY = "vllm-priority"
     MODALITY_PRIORITY = "modality-priority"
-    BOUNDED = "bounded"
-    BOUNDED_EVICT = "bounded-evict"
     HEADROOM = "headroom"
 
     @property
@@ -86,7 +82,6 @@ class Order(enum.Enum):
     STATIC = "static"  # the class's static priority, arrival inside a class
     AGING = "aging"  # the aging term alone
     STATIC_AND_AGING = "static and aging"
-    BOUNDED = "bounded"  # class, arrival inside a class; past its wait bound a request goes first
 
 
 @dataclass(frozen=True)
@@ -96,28 +91,19 @@ class PolicyRow:
     how much better a waiting request must score than a running one of a heavier class to evict it
     (score units: -log(priority), ln 2 = twice the priority; seconds for EDF), None where no waiting
     request evicts a running one; `starvation_guard`: a head that waited for KV blocks keeps its
-    turn (`scheduling.queues`); `wait_bound_slowdown`: under the bounded order, a request's wait
-    bound as a multiple of its class's isolated TTFT (`ClassParameters.slo_s`); `victim_tokens_share`:
-    where set, a victim must have computed at most this share of the waiting request's tokens;
-    `kv_reserve`: the share of the KV cache the heaviest class's admission leaves free
-    (`scheduling.admission`), 0 for none."""
+    turn (`scheduling.queues`); `kv_reserve`: the share of the KV cache the heaviest class's admission
+    leaves free (`scheduling.admission`), 0 for none."""
 
     order: Order
     stock: bool = False
     by_modality: bool = False
     eviction_margin: float | None = None
     starvation_guard: bool = False
-    wait_bound_slowdown: float | None = None
-    victim_tokens_share: float | None = None
     kv_reserve: float = 0.0
-
-    def __post_init__(self) -> None:
-        if (self.order is Order.BOUNDED) != (self.wait_bound_slowdown is not None):
-            raise ValueError("the bounded order, and it alone, takes a wait bound")
 
     @property
     def by_class(self) -> bool:
-        """Whether the classes order the queue (the plug-in's holds, yields and chunk caps apply)."""
+        """Whether the classes order the queue (the plug-in's holds, light steps and chunk caps apply)."""
         return self.order is not Order.ARRIVAL
 
     @property
@@ -128,10 +114,6 @@ class PolicyRow:
 
 
 _TWICE = math.log(2.0)
-# The bounded order's wait bound, in multiples of a class's isolated TTFT: a rock (isolated P99 TTFT
-# 1.58 s on the paper's H100) goes first after 32 s, about when the paper's aging lets it outrank
-# fresh sand (33 s at boost 3). Set so before any run; it lost on the policy table (docs/decisions.md).
-WAIT_BOUND_SLOWDOWN = 20.0
 # The KV headroom the heaviest class's admission leaves: chosen on the policy table (docs/decisions.md).
 KV_RESERVE = 0.05
 # The cost order's factor (`SchedulingVariant.cost_order`): a request is passed inside its class only by
@@ -149,14 +131,6 @@ POLICY_TABLE: dict[Policy, PolicyRow] = {
     Policy.FCFS: PolicyRow(Order.ARRIVAL, stock=True),
     Policy.VLLM_PRIORITY: PolicyRow(Order.STATIC, stock=True),
     Policy.MODALITY_PRIORITY: PolicyRow(Order.STATIC, stock=True, by_modality=True),
-    Policy.BOUNDED: PolicyRow(Order.BOUNDED, starvation_guard=True, wait_bound_slowdown=WAIT_BOUND_SLOWDOWN),
-    Policy.BOUNDED_EVICT: PolicyRow(
-        Order.BOUNDED,
-        eviction_margin=0.0,
-        starvation_guard=True,
-        wait_bound_slowdown=WAIT_BOUND_SLOWDOWN,
-        victim_tokens_share=1.0,
-    ),
     Policy.HEADROOM: PolicyRow(Order.STATIC, kv_reserve=KV_RESERVE),
 }
 

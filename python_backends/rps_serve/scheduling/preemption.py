@@ -4,9 +4,7 @@ Rule: a waiting request W that cannot otherwise be admitted may evict a running 
 1. R is of a strictly heavier class level than W;
 2. W's score beats R's by more than the policy's margin (R scored as if waiting since its arrival,
    so a rock that has aged is protected);
-3. R has been preempted fewer than `max_preemptions` times;
-4. where the policy sets `victim_tokens_share`, R has computed at most that share of the tokens W
-   will compute: an eviction that pays for itself, its recompute no dearer than the work it lets in.
+3. R has been preempted fewer than `max_preemptions` times.
 Rule 1 makes eviction flow only from lighter to heavier classes, so two requests can never evict
 each other in turn (no ping-pong); the margin stops evictions between near-equal priorities, where
 the recompute would cost more than the reordering gains; rule 3 bounds the work any request loses.
@@ -29,14 +27,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Contender:
-    """What the rule needs to know of a request, waiting or running. `tokens`: for a running request
-    the tokens it has computed (what an eviction discards), for a waiting one those it will compute."""
+    """What the rule needs to know of a request, waiting or running."""
 
     level: int
     score: float
     arrival_time: float
     num_preemptions: int = 0
-    tokens: int = 0
 
 
 MAX_PREEMPTIONS = 2  # evictions one request may suffer for waiting ones: bounds the prefill it recomputes
@@ -46,24 +42,18 @@ MAX_PREEMPTIONS = 2  # evictions one request may suffer for waiting ones: bounds
 class PreemptionRule:
     margin: float
     max_preemptions: int = MAX_PREEMPTIONS
-    victim_tokens_share: float | None = None
 
     @classmethod
     def for_policy(cls, policy: Policy, max_preemptions: int = MAX_PREEMPTIONS) -> PreemptionRule | None:
-        """The rule of `policy` (its `eviction_margin`, `victim_tokens_share`); None where no waiting
-        request evicts."""
+        """The rule of `policy` (its `eviction_margin`); None where no waiting request evicts."""
         margin = policy.row.eviction_margin
-        return None if margin is None else cls(margin, max_preemptions, policy.row.victim_tokens_share)
+        return None if margin is None else cls(margin, max_preemptions)
 
     def may_evict(self, waiting: Contender, running: Contender) -> bool:
         return (
             running.level > waiting.level
             and running.num_preemptions < self.max_preemptions
             and waiting.score + self.margin < running.score
-            and (
-                self.victim_tokens_share is None
-                or running.tokens <= self.victim_tokens_share * waiting.tokens
-            )
         )
 
     def choose_victim(self, waiting: Contender, running: Sequence[tuple[T, Contender]]) -> T | None:
@@ -82,7 +72,6 @@ class PreemptionRule:
         scores: np.ndarray,
         arrivals: np.ndarray,
         preemptions: np.ndarray,
-        tokens: np.ndarray,
     ) -> int | None:
         """`choose_victim` over running requests given as parallel arrays (a simulator's hundreds of
         running requests in one vectorized pass): the victim's position, or None."""
@@ -91,8 +80,6 @@ class PreemptionRule:
             & (preemptions < self.max_preemptions)
             & (waiting.score + self.margin < scores)
         )
-        if self.victim_tokens_share is not None:
-            allowed &= tokens <= self.victim_tokens_share * waiting.tokens
         eligible = np.flatnonzero(allowed)
         if eligible.size == 0:
             return None

@@ -76,18 +76,15 @@ class ClassQueues(Generic[T]):
         self.visited = 0
         self.now = clock()
 
-    def begin_iteration(self, prefilling: Iterable[tuple[int, float]] = ()) -> None:
-        """`prefilling`: (level, arrival) of the running requests whose prompt is not yet computed;
-        under the bounded order, while one of them is overdue no other overdue request goes first."""
+    def begin_iteration(self) -> None:
+        """A scheduling step begins: the clock is read once for it, and an aging order's queue
+        pressure observed."""
         self.now = self._clock()
         self._scores.clear()
         self._best = None
         self._fresh_score = None
-        regulator = self.regulator
-        if regulator.bounded:
-            regulator.overdue_first = not any(regulator.overdue(lv, at, self.now) for lv, at in prefilling)
-        if regulator.ages:
-            regulator.observe(self.stats())
+        if self.regulator.ages:
+            self.regulator.observe(self.stats())
 
     def stats(self) -> list[tuple[int, float]]:
         """Length and mean waiting time of every class queue at `now` (plain tuples: a step makes
@@ -271,15 +268,6 @@ class ClassQueues(Generic[T]):
             queue.remove(entry)
         del self._entries[entry.item]
         self._forget(entry)
-        regulator = self.regulator
-        if (
-            regulator.bounded
-            and regulator.overdue_first
-            and regulator.overdue(entry.level, entry.arrival_time, self.now)
-        ):
-            # One overdue request at a time: the rest of this iteration scores them in their class.
-            regulator.overdue_first = False
-            self._scores.clear()
         return entry.item
 
     def heavier_than(self, level: int) -> list[tuple[T, int]]:

@@ -67,10 +67,8 @@ class QueuePressure:
 class PriorityRegulator:
     """Scores waiting requests of every class level under one policy; lower score runs first.
 
-    Scores are -log(priority) for rps/static/aging, the deadline (arrival + class SLO) for edf, the
-    arrival time for fcfs, and for the bounded order the arrival time within a band: the class's band
-    while a request waits less than its class's bound, the band above every class once it has waited
-    that long (`bounded_score`). Within one class every policy orders by arrival, which lets the
+    Scores are -log(priority) for rps/static/aging, the deadline (arrival + class SLO) for edf and the
+    arrival time for fcfs. Within one class every policy orders by arrival, which lets the
     Queue Manager keep one FIFO per class and merge them. `score(level, arrival, now)` takes one
     request in plain floats (a scheduling step scores a handful of queue heads, where numpy's per-call
     cost dominates); `scores` takes arrays (the simulator's batches). Both evaluate the order's function
@@ -95,17 +93,8 @@ class PriorityRegulator:
         self._boost = [1.0] * len(self.ladder)
         # Only an aging term reads the queue-pressure boost: the other orders skip its update.
         self.ages = self._order in (Order.AGING, Order.STATIC_AND_AGING)
-        slowdown = policy.row.wait_bound_slowdown
-        self.wait_bounds_s = tuple(math.inf if slowdown is None else slowdown * c.slo_s for c in self.ladder)
-        self.bounded = slowdown is not None
-        # Whether an overdue request may go first this iteration (`ClassQueues` opens and closes it).
-        self.overdue_first = True
         self._priority_of = _PRIORITY.get(self._order)
-        scorers = {
-            Order.ARRIVAL: self._arrival_score,
-            Order.DEADLINE: self._deadline_score,
-            Order.BOUNDED: self._bounded_score,
-        }
+        scorers = {Order.ARRIVAL: self._arrival_score, Order.DEADLINE: self._deadline_score}
         self.score: Callable[[int, float, float], float] = scorers.get(self._order, self._priority_score)
 
     @property
@@ -136,13 +125,6 @@ class PriorityRegulator:
     def _deadline_score(self, level: int, arrival: float, now: float) -> float:
         return arrival + self._slo[level]
 
-    def overdue(self, level: int, arrival: float, now: float) -> bool:
-        """Whether a request has waited past its class's bound (never, outside the bounded order)."""
-        return now - arrival >= self.wait_bounds_s[level]
-
-    def _bounded_score(self, level: int, arrival: float, now: float) -> float:
-        return bounded_score(level, arrival, self.overdue_first and self.overdue(level, arrival, now))
-
     def _priority_score(self, level: int, arrival: float, now: float) -> float:
         assert self._priority_of is not None
         waiting = now - arrival if now > arrival else 0.0
@@ -157,23 +139,8 @@ class PriorityRegulator:
             return np.asarray(arrivals, dtype=float)
         if self._order is Order.DEADLINE:
             return np.asarray(arrivals + np.asarray(self._slo)[levels], dtype=float)
-        if self._order is Order.BOUNDED:
-            overdue = self.overdue_first & (now - arrivals >= np.asarray(self.wait_bounds_s)[levels])
-            return np.asarray(bounded_score(levels, arrivals, overdue), dtype=float)
         with np.errstate(divide="ignore"):
             return np.asarray(-np.log(self.priorities(levels, arrivals, now)))
-
-
-# The bounded order's bands, in seconds: wider than any clock's reading (vLLM's arrival times are
-# Unix times, ~1.8e9 s), narrow enough that a score keeps sub-millisecond resolution in a float.
-_BAND_S = 1e12
-
-
-def bounded_score(level: Any, arrival: Any, overdue: Any) -> Any:
-    """The bounded order's score, over floats or arrays alike: the arrival time in the class's band
-    (level + 1), or in band 0, above every class, once `overdue` (waited past the class's bound):
-    oldest first there, whatever the class."""
-    return arrival + _BAND_S * (level + 1) * (1 - overdue)
 
 
 # The priority of a request under each priority order, static + 1 - exp(-k * boost * waiting ** p) or

@@ -4,8 +4,9 @@ running request for a waiting one, and their decode holds, so that neither re-re
 
 The policy's row of `parameters.POLICY_TABLE` gives its order, eviction margin and KV reserve; the
 fields beside it are the plug-in's settings that change decisions (model.json's `rps`, through
-`vllm_plugin.config.RPSConfig.variant`) and the simulator's ablations (`evicts`). Trying a policy is
-adding a row to the table, or a value of this to the simulator's `POLICY_VARIANTS`.
+`vllm_plugin.config.RPSConfig.variant`); the simulator's ablations sit beside it in its own
+`PolicyVariant`. Trying a policy is adding a row to the table, or a value of this to the simulator's
+`POLICY_VARIANTS`.
 """
 
 from __future__ import annotations
@@ -27,19 +28,16 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class SchedulingVariant:
-    """`policy` and how it runs. `evicts`: a waiting request may evict a running one where the
-    policy's `PreemptionRule` allows (False leaves only vLLM's own preemption of a running request
-    that cannot grow); `max_preemptions`: the evictions one request may suffer; `chunk_cap_tokens`: the
-    prefill chunk cap while a lighter class waits behind a heavier prefill, 0 for none;
-    `decode_hold_s`: the decode hold (`scheduling.holding`) in the paper's seconds on the aging clock,
-    0 for none; `decode_hold_media_only`: it holds only requests with an image or a video;
+    """`policy` and how it runs. `max_preemptions`: the evictions one request may suffer;
+    `chunk_cap_tokens`: the prefill chunk cap while a lighter class waits behind a heavier prefill, 0
+    for none; `decode_hold_s`: the decode hold (`scheduling.holding`) in the paper's seconds on the
+    aging clock, 0 for none; `decode_hold_media_only`: it holds only requests with an image or a video;
     `cost_order`: inside its class a request ranks as if it had arrived `cost_order` times its
     estimated prefill later (`rank_time`), 0 for arrival order; `light_steps`: while sand is present,
     heavier classes put at most `light_step_tokens` prefill tokens into a step
     (`scheduling.light_steps`), 0 for the budget the engine's cost model gives (`light_budget`)."""
 
     policy: Policy
-    evicts: bool = True
     max_preemptions: int = MAX_PREEMPTIONS
     chunk_cap_tokens: int = 0
     decode_hold_s: float = 0.0
@@ -53,7 +51,7 @@ class SchedulingVariant:
 
     def preemption_rule(self) -> PreemptionRule | None:
         """The rule for evicting a running request for a waiting one; None where none is evicted."""
-        return PreemptionRule.for_policy(self.policy, self.max_preemptions) if self.evicts else None
+        return PreemptionRule.for_policy(self.policy, self.max_preemptions)
 
     def decode_holds(self, time_scale: float, num_levels: int, weak: bool = True) -> DecodeHolds[R] | None:
         """The decode holds on an aging clock `time_scale` times the paper's, under a policy that

@@ -62,14 +62,6 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _tokens(request: Request) -> int:
-    """A running request's computed tokens (what an eviction discards); a waiting one's tokens to
-    compute (prompt and those generated before a preemption)."""
-    if request.status == RequestStatus.RUNNING:
-        return request.num_computed_tokens
-    return request.num_tokens
-
-
 class _ObservedCosts:
     """The plug-in's record of observed prefill costs (`RPSConfig.observed_costs`): the steps
     scheduled and not yet updated, the observer, and the file its records go to."""
@@ -177,8 +169,7 @@ class _RPSMixin(Scheduler):
         return StepWork(prefill, decode, completed)
 
     def _schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        classes = self.waiting.classes
-        classes.begin_iteration(self._prefilling() if classes.regulator.bounded else ())
+        self.waiting.classes.begin_iteration()
         # With every sequence slot taken no waiting request can start this step, so neither a hold,
         # an eviction nor a chunk cap would change what runs: skip them (and the scoring they need).
         if len(self.running) >= self.max_num_running_reqs:
@@ -274,10 +265,6 @@ class _RPSMixin(Scheduler):
             self.holds += held
             yield
 
-    def _prefilling(self) -> list[tuple[int, float]]:
-        """(level, rank time) of the running requests whose prompt is not yet computed."""
-        return [self.waiting.ranked(r) for r in self.running if r.num_computed_tokens < r.num_prompt_tokens]
-
     def _contenders(self, requests: list[Request]) -> list[Contender]:
         """`requests` as the preemption rule sees them, scored in one vectorized call."""
         ranked = [self.waiting.ranked(r) for r in requests]
@@ -285,7 +272,7 @@ class _RPSMixin(Scheduler):
         since = [rank_time for _, rank_time in ranked]
         scores = self.waiting.classes.scores(levels, since)
         return [
-            Contender(level, score, rank_time, r.num_preemptions, _tokens(r))
+            Contender(level, score, rank_time, r.num_preemptions)
             for r, level, rank_time, score in zip(requests, levels, since, scores, strict=True)
         ]
 

@@ -24,9 +24,3 @@ def test_the_stock_priorities_are_vllms_priority_policy_by_class_or_by_modality(
     stock = {policy for policy in Policy if policy.is_stock_priority}
     assert stock == {Policy.VLLM_PRIORITY, Policy.MODALITY_PRIORITY}
     assert all(policy.row.vllm_policy == "priority" and policy.is_stock for policy in stock)
-
-
-def test_only_the_bounded_order_takes_a_wait_bound() -> None:
-    for policy in Policy:
-        row = policy.row
-        assert (row.wait_bound_slowdown is not None) == (row.order is Order.BOUNDED)

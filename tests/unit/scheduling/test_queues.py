@@ -118,32 +118,7 @@ def test_order_is_total_and_consistent_with_scores(
     keys = [(s, a, index[n]) for s, a, n in zip(scores, arrivals, order, strict=True)]
     assert keys == sorted(keys)  # ascending (score, arrival, insertion): a total order
 
-    if queues.regulator.bounded:  # an overdue request goes first once an iteration: then the order moves
-        for _ in names:
-            head = queues.ordered()[0]
-            assert queues.pop() == head
-    else:
-        assert [queues.pop() for _ in names] == order  # popping heads walks the same order
-
-
-def test_bounded_lets_one_overdue_request_go_first_an_iteration() -> None:
-    """Rocks past their wait bound go first, oldest first, one an iteration and none while an
-    overdue request is still prefilling; fresh sand goes between them."""
-    queues, clock = _queues(Policy.BOUNDED)
-    bound = queues.regulator.wait_bounds_s[RequestClass.ROCKS]
-    queues.add("old rock", RequestClass.ROCKS, 0.0)
-    queues.add("older rock", RequestClass.ROCKS, -1.0)
-    queues.add("young rock", RequestClass.ROCKS, bound)
-    queues.add("sand", RequestClass.SAND, bound + 0.5)
-    clock.now = bound + 1.0
-    queues.begin_iteration()
-    assert [queues.pop() for _ in range(2)] == ["older rock", "sand"]
-    queues.begin_iteration(prefilling=[(RequestClass.ROCKS, -1.0)])  # the older rock still prefills
-    assert queues.peek() == "old rock"  # in the rocks' band, by arrival: no longer first by its wait
-    queues.add("more sand", RequestClass.SAND, bound + 0.9)
-    assert queues.peek() == "more sand"
-    queues.begin_iteration()
-    assert queues.peek() == "old rock"
+    assert [queues.pop() for _ in names] == order  # popping heads walks the same order
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,11 +15,10 @@ from rps_serve.vllm_plugin.config import CONFIG_KEY, RPSConfig
 
 
 @pytest.mark.parametrize("policy", list(Policy))
-def test_each_policy_evicts_by_its_row_unless_the_variant_does_not(policy: Policy) -> None:
+def test_each_policy_evicts_by_its_row(policy: Policy) -> None:
     assert SchedulingVariant(policy, max_preemptions=3).preemption_rule() == PreemptionRule.for_policy(
         policy, 3
     )
-    assert SchedulingVariant(policy, evicts=False).preemption_rule() is None
     assert SchedulingVariant(policy).regulator(class_ladder(3)).policy is policy
 
 

@@ -13,9 +13,7 @@ numbers of tokens.
 The aging clock runs a million times slower than the paper's in both, so that the order follows the
 classes and arrival and not the few milliseconds the two engines' clocks differ by (the simulator's
 is simulated, the plug-in's is the machine's); for the same reason a decode hold here ends when the
-lighter requests finish, never on its time limit. A scenario of the bounded order's wait bound runs
-it a billion times faster instead (`time_scale`), so that a request is past its bound in both
-engines from the step after its arrival.
+lighter requests finish, never on its time limit.
 """
 
 from __future__ import annotations
@@ -76,17 +74,16 @@ class Scenario:
     settings: dict[str, Any] = field(default_factory=dict)  # the plug-in's (model.json's `rps`)
     max_num_seqs: int = 16
     num_blocks: int = 10_000  # vLLM's, its null block included
-    time_scale: float = TIME_SCALE
 
 
 ROCK_TOKENS = 12 * BLOCK_SIZE - 8  # a rock that takes 12 blocks
 
 
-def kv_pressure(name: str, policy: Policy, sand_tokens: int = 4 * BLOCK_SIZE) -> Scenario:
+def kv_pressure(name: str, policy: Policy) -> Scenario:
     """A rock running in all but one free block of the KV cache when sand arrives."""
     return Scenario(
         name,
-        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, sand_tokens)),
+        (Arrival(0, "rock", ROCK, ROCK_TOKENS, max_tokens=20), Arrival(1, "sand", SAND, 4 * BLOCK_SIZE)),
         policy=policy,
         num_blocks=12 + 2,
     )
@@ -214,28 +211,6 @@ SCENARIOS = [
         )
         for policy in (Policy.RPS, Policy.FCFS, Policy.VLLM_PRIORITY)
     ),
-    Scenario(
-        "bounded: overdue requests go first, oldest first, one prefilling at a time",
-        (
-            Arrival(0, "sand-0", SAND, 20, max_tokens=3),
-            Arrival(1, "long rock", ROCK, 700, max_tokens=2),
-            Arrival(1, "rock", ROCK, 100, max_tokens=2),
-            Arrival(1, "sand-1", SAND, 20, max_tokens=2),
-        ),
-        policy=Policy.BOUNDED,
-        max_num_seqs=2,
-        time_scale=1e-9,
-    ),
-    kv_pressure("bounded: under KV pressure waiting sand does not evict", Policy.BOUNDED),
-    kv_pressure(
-        "bounded-evict: a rock that has computed more than the sand will keeps its blocks",
-        Policy.BOUNDED_EVICT,
-    ),
-    kv_pressure(
-        "bounded-evict: sand evicts a rock that has computed no more than it will",
-        Policy.BOUNDED_EVICT,
-        sand_tokens=ROCK_TOKENS + 6,
-    ),
     kv_pressure("FCFS never evicts for a waiting request", Policy.FCFS),
     Scenario(
         "headroom: a rock that would leave less than the reserve free waits; sand starts",
@@ -302,7 +277,7 @@ def opt_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served_steps(scenario: Scenario, model: Path) -> Steps:
     """Each step's scheduled tokens per request, of vLLM's scheduler as the server runs the policy."""
     row = scenario.policy.row
-    config = RPSConfig(policy=scenario.policy, aging_time_scale=scenario.time_scale, **scenario.settings)
+    config = RPSConfig(policy=scenario.policy, aging_time_scale=TIME_SCALE, **scenario.settings)
 
     def rps(*, vllm_config: Any, **kwargs: Any) -> Any:
         vllm_config.additional_config = config.to_additional_config()
@@ -372,7 +347,7 @@ def simulator_steps(scenario: Scenario) -> Steps:
         rps_cost_order=rps.cost_order,
         rps_light_steps=rps.light_steps,
         rps_light_step_tokens=rps.light_step_tokens,
-        aging_time_scale=scenario.time_scale,
+        aging_time_scale=TIME_SCALE,
     ).deployment()
     variant = as_served(policy_variant(scenario.policy.value), deployment)
     steps: list[StepRecord] = []
