@@ -54,7 +54,7 @@ def test_each_policy_gets_its_engine_behind_its_own_ensemble(tmp_path: Path) -> 
         settings = load_settings(copy, model, engine.name)
         served, scheduler = served_settings(policy)
         assert settings.policy is served
-        # A variant's settings over the checkout's own (the CPU stack's decode hold stays).
+        # A variant's settings over the checkout's own (those it does not name stay).
         assert settings.rps == {**read_settings(REPOSITORY / SETTINGS_FILE, copy, {}).rps, **scheduler}
     # The copy's own engine keeps the checkout's settings (preprocess reads them), and is not loaded.
     assert read_settings(copy / SETTINGS_FILE, copy, {}) == read_settings(

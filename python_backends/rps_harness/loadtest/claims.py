@@ -25,8 +25,9 @@ from rps_harness.loadtest.demo_analysis import WITHDRAWN
 from rps_harness.sim.simulator import served_settings
 from rps_harness.workload.prompts import TRACE_TEXTS
 
-# The claims page fits one screen: one row per claim, the run-by-run detail on the log page.
-PAGE_LINES = 60
+# The claims page fits one (tall) screen: one row per claim (30 of them), each row's run a line, the
+# run-by-run detail on the log page.
+PAGE_LINES = 64
 
 PAGE_HEADER = """# What RPS-Serve claims today
 

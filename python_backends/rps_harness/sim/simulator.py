@@ -34,9 +34,6 @@ class PolicyVariant:
     (False, an ablation, leaves only vLLM's own preemption of a running request that cannot grow).
     `modserve`: half the GPUs (rounded down) run the vision encoder, one request per GPU, first come
     first served; the other half run the LLM engine with tensor parallelism.
-    `served`: plug-in settings (model.json's `rps`) a server runs it with over the repository's, where
-    `scheduling` alone cannot say them: a setting at the plug-in's default that model.json sets
-    otherwise (no decode hold, on a repository that ships one).
     """
 
     name: str
@@ -44,7 +41,6 @@ class PolicyVariant:
     naive_classes: bool = False
     evicts: bool = True
     modserve: bool = False
-    served: tuple[tuple[str, Any], ...] = ()
 
     @property
     def policy(self) -> Policy:
@@ -67,13 +63,6 @@ POLICY_VARIANTS: dict[str, PolicyVariant] = {
         PolicyVariant("rps-no-evict", SchedulingVariant(Policy.RPS), evicts=False),
         PolicyVariant("headroom-cost", SchedulingVariant(Policy.HEADROOM, cost_order=COST_ORDER)),
         PolicyVariant("headroom-light", SchedulingVariant(Policy.HEADROOM, light_steps=True)),
-        # The shipped configuration less its decode hold: light steps, and the hold that model.json
-        # sets on the CPU stack turned off (the simulator's headroom-light, served).
-        PolicyVariant(
-            "headroom-no-hold",
-            SchedulingVariant(Policy.HEADROOM, light_steps=True),
-            served=(("decode_hold_s", 0.0),),
-        ),
         PolicyVariant("modserve", SchedulingVariant(Policy.FCFS), modserve=True),
         PolicyVariant("modserve-rps", SchedulingVariant(Policy.RPS), modserve=True),
     )
@@ -99,16 +88,15 @@ def with_light_budget(variant: PolicyVariant, edge_tokens: int, token_budget: in
 
 def served_settings(name: str) -> tuple[Policy, dict[str, Any]]:
     """The policy and model.json `rps` settings that serve variant `name` through Triton: its policy,
-    and the plug-in's settings (`RPSConfig`) where its scheduling differs from the policy's own, with
-    its `served` ones. Only a variant that the plug-in's settings express has them (not `modserve` or
-    `rps-no-evict`)."""
+    and the plug-in's settings (`RPSConfig`) where its scheduling differs from the policy's own. Only
+    a variant that the plug-in's settings express has them (not `modserve` or `rps-no-evict`)."""
     variant = policy_variant(name)
     own = SchedulingVariant(variant.policy)
     changed = {
         f.name: getattr(variant.scheduling, f.name)
         for f in fields(SchedulingVariant)
         if getattr(variant.scheduling, f.name) != getattr(own, f.name)
-    } | dict(variant.served)
+    }
     naive = variant.naive_classes and not variant.policy.row.by_modality
     expressed = set(changed) <= set(RPSConfig.__dataclass_fields__)
     if variant.modserve or naive or not variant.evicts or not expressed:

@@ -56,11 +56,6 @@ def test_the_cost_order_setting_reaches_both_engines() -> None:
 def test_a_server_runs_a_variant_its_settings_express_and_refuses_one_they_do_not() -> None:
     assert served_settings("headroom-cost") == (Policy.HEADROOM, {"cost_order": COST_ORDER})
     assert served_settings("modality-priority") == (Policy.MODALITY_PRIORITY, {})
-    # A setting at the plug-in's default is served where the variant names it, over model.json's.
-    assert served_settings("headroom-no-hold") == (
-        Policy.HEADROOM,
-        {"light_steps": True, "decode_hold_s": 0.0},
-    )
     for name in ("rps-no-evict", "modserve", "rps-naive"):
         with pytest.raises(ValueError, match="do not express"):
             served_settings(name)
