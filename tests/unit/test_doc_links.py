@@ -1,6 +1,6 @@
-"""Every relative link in README.md and docs/ reaches a file or folder that exists and, where it
-names an anchor in a Markdown page, a heading of that page: a link into a page that was reworded
-points nowhere without this.
+"""Every relative link in README.md, benchmarks/README.md and docs/ reaches a file or folder that
+exists and, where it names an anchor in a Markdown page, a heading of that page: a link into a page
+that was reworded points nowhere without this.
 
 Anchors follow GitHub's rule for headings: lower case, punctuation other than hyphens dropped,
 spaces as hyphens, "-1", "-2"... for repeats.
@@ -43,7 +43,11 @@ def _anchors(page: Path) -> frozenset[str]:
 
 
 def _pages() -> list[Path]:
-    return [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").rglob("*.md"))]
+    return [
+        CHECKOUT / "README.md",
+        CHECKOUT / "benchmarks" / "README.md",
+        *sorted((CHECKOUT / "docs").rglob("*.md")),
+    ]
 
 
 def _broken_links(page: Path) -> list[str]:
