@@ -21,6 +21,7 @@ from rps_harness.sim.simulator import served_settings
 from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale, cost_model_at
 from rps_serve.cost.training import fit_of_report
 from rps_serve.requests import Modality
+from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.scheduling.light_steps import wait_stretch
 from rps_serve.scheduling.parameters import Order
 from rps_serve.triton.settings import SETTINGS_FILE, read_settings
@@ -63,8 +64,11 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
     if candidate.row.order is Order.STATIC_AND_AGING:
         return lines + _starvation_bound_lines(load, scale, hold_s)
     token_budget = int(settings.engine_args.get("max_num_batched_tokens", 0))
-    light = rps.light_steps and token_budget > 0
-    light_budget = rps.variant.light_budget(token_budget, cost_model_at(repository)) if light else 0
+    light_budget = 0
+    if rps.light_steps and token_budget > 0:
+        # From the classes the plug-in serves: the repository's cost model within the step's edges.
+        classes = engine_classes(cost_model_at(repository), token_budget)
+        light_budget = rps.variant.light_budget(token_budget, classes)
     return lines + _stock_wait_lines(load, hold_s, wait_stretch(token_budget, light_budget))
 
 

@@ -74,10 +74,12 @@ def _stream_sand(
             flowing.release()
 
 
-def _in_engine(record: dict[str, Any]) -> tuple[float, float]:
-    """When a request's run-log record says it entered the engine's queue and took its first token."""
+def _in_engine(record: dict[str, Any]) -> tuple[float, float, float]:
+    """When a request's run-log record says it entered the engine's queue, was first scheduled and
+    took its first token."""
     first_token = record["arrival"] + record["to_first_token_s"]
-    return first_token - record["prefill_s"] - record["engine_queue_s"], first_token
+    scheduled = first_token - record["prefill_s"]
+    return scheduled - record["engine_queue_s"], scheduled, first_token
 
 
 def test_a_rock_keeps_the_light_step_budget_under_a_stream_of_sand(served: tuple[Server, Path]) -> None:
@@ -112,17 +114,13 @@ def test_a_rock_keeps_the_light_step_budget_under_a_stream_of_sand(served: tuple
     prompt_tokens = int(rock.outputs["num_input_tokens"][0])
     assert prompt_tokens > step, "the rock fits in one step: nothing to chunk"
     time.sleep(0.5)  # the server flushes its log with every loop-lag sample, every 0.1 s
-    requests = [r for r in read_run_log(log) if r["kind"] == "request" and r["arrival"] >= sent]
+    records = read_run_log(log)
+    requests = [r for r in records if r["kind"] == "request" and r["arrival"] >= sent]
     (rock_record,) = [r for r in requests if r["level"] == server.cost_model().num_classes - 1]
-    first_token = rock_record["arrival"] + rock_record["to_first_token_s"]
-    start = first_token - rock_record["prefill_s"]
+    _, start, first_token = _in_engine(rock_record)
     # Engine steps, as the run log records them with vLLM's iteration details (a record without them
     # stands for no step of its own).
-    steps = [
-        r
-        for r in read_run_log(log)
-        if r["kind"] == "step" and "step_ms" in r and start <= r["t"] <= first_token
-    ]
+    steps = [r for r in records if r["kind"] == "step" and "step_ms" in r and start <= r["t"] <= first_token]
     bound = prefill_steps_bound(prompt_tokens, budget)
     detail = json.dumps({"prompt_tokens": prompt_tokens, "budget": budget, "bound": bound, "steps": steps})
     assert len(steps) <= bound + STEP_SLACK, detail
@@ -135,5 +133,5 @@ def test_a_rock_keeps_the_light_step_budget_under_a_stream_of_sand(served: tuple
     assert tokens and all(t >= budget for t in tokens[:-1]), detail
     # Sand in the engine (queued or prefilling) while the rock prefilled: its steps were light ones.
     stays = [_in_engine(r) for r in requests if r["level"] == 0]
-    beside = [(queued, first) for queued, first in stays if queued < first_token and first > start]
+    beside = [(queued, first) for queued, _, first in stays if queued < first_token and first > start]
     assert beside, "no sand was in the engine while the rock prefilled: the floor was not exercised"
