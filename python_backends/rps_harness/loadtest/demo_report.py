@@ -1,5 +1,5 @@
-"""The demo's report: the lines printed under its tables (targets, the starvation guarantee, the cost
-model served, the machine's speed) and the files it writes (`demo.json`, `claims.json`, TTFT plots)."""
+"""The demo's report: the lines printed under its tables (targets, the longest-wait guarantees, the
+cost model served, the machine's speed) and the files it writes (`demo.json`, `claims.json`, TTFT plots)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from rps_harness.comparison import STOCK_WAIT_MARGIN, wait_checks
 from rps_harness.loadtest.demo import DemoConfig, config_json, run_plan
 from rps_harness.loadtest.demo_analysis import SPEED_TOLERANCE, TARGETS, candidate_of, starvation_check
 from rps_harness.loadtest.demo_records import DemoRuns, LoadRuns, run_speed, speed_change
+from rps_harness.loadtest.run_analysis import engine_run, read_run_log
 from rps_harness.loadtest.tables import formatted, seconds
 from rps_harness.metrics import grouped_metrics
+from rps_harness.service_bound import class_bounds
 from rps_harness.sim.simulator import served_settings
 from rps_serve.cost.runtime import REPORT_FILE, aging_time_scale, cost_model_at
 from rps_serve.cost.training import fit_of_report
@@ -69,7 +71,28 @@ def wait_lines(load: LoadRuns, repository: Path) -> list[str]:
         # From the classes the plug-in serves: the repository's cost model within the step's edges.
         classes = engine_classes(cost_model_at(repository), token_budget)
         light_budget = rps.variant.light_budget(token_budget, classes)
-    return lines + _stock_wait_lines(load, hold_s, wait_stretch(token_budget, light_budget))
+    stock = _stock_wait_lines(load, hold_s, wait_stretch(token_budget, light_budget))
+    return lines + stock + _service_bound_lines(load, token_budget, light_budget)
+
+
+def _service_bound_lines(load: LoadRuns, token_budget: int, light_budget: int) -> list[str]:
+    """The candidate's longest wait in the engine per class against the bound its light steps' floor
+    buys from each run's own load (`service_bound`), over each run's steady window; none without light
+    steps."""
+    if not light_budget:
+        return []
+    per_class: dict[str, list[tuple[float, float]]] = {}
+    for run in load.runs[load.candidate]:
+        engine = engine_run(read_run_log(Path(run.analysis["run_log"])), token_budget, light_budget)
+        start, end = run.analysis["window"]
+        for bound in class_bounds(engine, (engine.queued_s >= start) & (engine.queued_s <= end)):
+            per_class.setdefault(bound.label, []).append((bound.longest_s, bound.bound_s))
+    share = f"{light_budget} of {token_budget} tokens a step"
+    return [
+        f"{load.candidate} longest {label} wait in the engine against the bound its floor ({share}) "
+        f"buys from the run's load, per run: {_within_bounds(per_run)})"
+        for label, per_run in per_class.items()
+    ]
 
 
 def _starvation_bound_lines(load: LoadRuns, scale: float, hold_s: float) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rps_harness.metrics import RequestRecords
+from rps_harness.service_bound import EngineRun
 from rps_serve.requests import RequestClass
 
 STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
@@ -165,6 +166,43 @@ def summarize(
         "stages": request_stages(in_window(records, "request", start, end)),
         "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
     }
+
+
+def engine_run(
+    records: Sequence[dict[str, Any]], token_budget: int, light_budget: int, num_levels: int = 3
+) -> EngineRun:
+    """The run log's requests and steps as `service_bound` reads them. Requests by the engine core's
+    timestamps (its queue, first scheduling, first token). A step's end is when `vllm_model` logged
+    it, after the engine ended it; its start is taken as early as the log allows: its end less its
+    time less the longest any first token took to reach `vllm_model`, so that the step in progress
+    when a request arrived is never counted as serving it. The log records the KV cache's use as a
+    share, not its free tokens: the bound then assumes the cache had room (`EngineRun`)."""
+    timed = ("engine_queued", "engine_queue_s", "prefill_s")
+    requests = [
+        r for r in records if r["kind"] == "request" and all(math.isfinite(r.get(k, math.nan)) for k in timed)
+    ]
+    queued = np.array([r["engine_queued"] for r in requests])
+    scheduled = queued + np.array([r["engine_queue_s"] for r in requests])
+    first_token = scheduled + np.array([r["prefill_s"] for r in requests])
+    logged = np.array([r["arrival"] + r["to_first_token_s"] for r in requests])
+    delivery_s = float(np.max(logged - first_token, initial=0.0))
+    steps = [r for r in records if r["kind"] == "step" and "step_ms" in r]
+    end = np.array([r["t"] for r in steps])
+    start = end - np.array([r["step_ms"] for r in steps]) / 1000 - delivery_s
+    start = np.minimum.accumulate(start[::-1])[::-1]  # in time order, each as early as any after it
+    return EngineRun(
+        queued_s=queued,
+        scheduled_s=scheduled,
+        first_token_s=first_token,
+        level=np.array([r["level"] for r in requests], dtype=int),
+        prompt_tokens=np.array([r["prompt_tokens"] for r in requests], dtype=int),
+        step_start_s=start,
+        step_end_s=end,
+        step_decodes=np.array([r["decode_tokens"] for r in steps], dtype=int),
+        token_budget=token_budget,
+        light_budget=light_budget,
+        num_levels=num_levels,
+    )
 
 
 def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from rps_harness.metrics import grouped_metrics, slo_metrics
+from rps_harness.service_bound import EngineRun
 from rps_harness.sim.breakdown import stage_means
 from rps_harness.sim.cluster import ClusterOutcome, simulate_cluster
 from rps_harness.sim.engine import StepRecord
@@ -200,6 +201,42 @@ def run_policy(
     return simulate(
         setup.trace, levels, num_levels, variant, setup.deployment, observer, prefill_s=setup.prefill_s
     )
+
+
+def bounded_run(setup: SimulationSetup, name: str) -> tuple[SimOutcome, EngineRun | None]:
+    """`run_policy`, and the run as `service_bound` reads it where the policy has light steps (None
+    where it has none, and so no floor)."""
+    steps: list[StepRecord] = []
+    outcome = run_policy(setup, name, steps.append)
+    variant = served_variant(setup, name)
+    token_budget = setup.deployment.max_num_batched_tokens
+    budget = variant.scheduling.light_budget(token_budget)
+    if not budget:
+        return outcome, None
+    records = outcome.records
+    scheduled = np.full(len(records.arrival_s), np.inf)
+    for step in reversed(steps):  # each request's earliest step wins
+        for request, _ in step.scheduled:
+            scheduled[request] = step.start_s
+    engine = setup.deployment.engine_config(setup.deployment.layout(variant.modserve)[1])
+    used_before = np.array([0] + [step.used_blocks for step in steps[:-1]])  # when each was scheduled
+    start = np.array([step.start_s for step in steps])
+    run = EngineRun(
+        queued_s=outcome.ready_s,
+        scheduled_s=scheduled,
+        first_token_s=np.nan_to_num(records.first_token_s, nan=np.inf),
+        level=records.level,
+        prompt_tokens=setup.trace.prompt_tokens,
+        step_start_s=start,
+        step_end_s=start + np.array([step.duration_s for step in steps]),
+        step_decodes=np.array([step.decodes for step in steps]),
+        token_budget=token_budget,
+        light_budget=budget,
+        num_levels=records.num_levels,
+        step_free_tokens=(engine.num_blocks - used_before) * engine.block_size,
+        reserve_tokens=int(variant.policy.row.kv_reserve * engine.num_blocks * engine.block_size),
+    )
+    return outcome, run
 
 
 def light_stretch(setup: SimulationSetup, name: str) -> float:

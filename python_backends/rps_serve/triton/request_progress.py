@@ -58,13 +58,16 @@ class RequestProgress:
         """The request's way to its first token, stage by stage, for every front end alike, from the
         output that carries it: vLLM's own input processing (from `generate` to the engine core's
         queue) counts as front-end work, not as the engine's. The engine core's timestamps are
-        monotonic seconds, the clock used here."""
+        monotonic seconds, the clock used here; `engine_queued` is when the request reached the
+        engine core's queue, and `prompt_tokens` what its prefill computes (`service_bound`)."""
         stats = output.metrics
         queued = getattr(stats, "queued_ts", 0.0) or math.nan
         scheduled = getattr(stats, "scheduled_ts", 0.0) or math.nan
         first = getattr(stats, "first_token_ts", 0.0) or math.nan
         return {
             "arrival": arrival,
+            "engine_queued": queued,
+            "prompt_tokens": len(output.prompt_token_ids or ()),
             "front_end_queue_s": self.front_end_queue_s,
             "front_end_work_s": self.front_end_work_s,
             "vllm_input_s": queued - self.submitted,

@@ -4,7 +4,9 @@ ships (the shipped policy, model.json's `rps` settings, light steps on), a rock 
 ones; the floor still gives the rock the light-step budget of every step, so its prefill takes at most
 `prefill_steps_bound(P, budget)` engine steps however much sand waits: the bound on a heavier class's
 service that the budget buys (docs/limits-and-guarantees.md), counted from the server's run log, in
-steps rather than seconds, so that the verdict is the scheduler's and not the machine's speed."""
+steps rather than seconds, so that the verdict is the scheduler's and not the machine's speed. And
+every request of the run, the rock and each sand, gets its first token within the bound the floor
+buys it from the run's own load (`service_bound`), in the run's own steps."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from typing import Any
 import pytest
 
 from rps_harness.client import Generation
-from rps_harness.loadtest.run_analysis import read_run_log
+from rps_harness.loadtest.run_analysis import engine_run, read_run_log
+from rps_harness.service_bound import class_bounds
 from rps_harness.workload.prompts import filler_text
 from rps_serve.requests import Modality
 from rps_serve.scheduling.light_steps import prefill_steps_bound
@@ -135,3 +138,8 @@ def test_a_rock_keeps_the_light_step_budget_under_a_stream_of_sand(served: tuple
     stays = [_in_engine(r) for r in requests if r["level"] == 0]
     beside = [(queued, first) for queued, _, first in stays if queued < first_token and first > start]
     assert beside, "no sand was in the engine while the rock prefilled: the floor was not exercised"
+    # The bound on every request's wait: the run log's requests and steps as they were, the cache
+    # with room to spare (the bound's assumption where the log records no free tokens).
+    assert max(r["kv"] for r in records if r["kind"] == "step") < 0.5
+    bounds = class_bounds(engine_run(records, step, budget, server.cost_model().num_classes))
+    assert {c.label for c in bounds} >= {"sand", "rocks"} and all(c.holds for c in bounds), bounds

@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rps_harness.loadtest.run_analysis import MIN_LONE_DECODE_STEPS, STAGES, pooled, read_run_log, summarize
+from rps_harness.loadtest.run_analysis import (
+    MIN_LONE_DECODE_STEPS,
+    STAGES,
+    engine_run,
+    pooled,
+    read_run_log,
+    summarize,
+)
 from rps_harness.metrics import RequestRecords
 
 
@@ -118,3 +125,19 @@ def test_a_token_costs_the_steps_it_decoded_through_by_what_they_ran(tmp_path: P
     both = pooled([summarize(path, 0.0, 1.0, requests, origin_s=10.0), more])["token_parts"]
     assert both["rocks"]["requests"] == 4 and both["sand"]["requests"] == 1
     assert both["rocks"]["prefill_ms"] == pytest.approx(75.0)
+
+
+def test_the_engine_run_takes_the_engine_cores_times_and_counts_steps_as_early_as_they_can_start() -> None:
+    request = {"kind": "request", "t": 5.0, "arrival": 1.0, "level": 2, "engine_queued": 1.1,
+               "prompt_tokens": 300, "engine_queue_s": 0.2, "prefill_s": 0.5,
+               "to_first_token_s": 0.95}  # fmt: skip
+    untimed = request | {"engine_queued": math.nan}  # an engine that reported no timestamps: left out
+    steps = [_step(1.5, 100, 200, 1, 0), _step(1.7, 100, 100, 1, 0), _step(1.75, 10, 0, 1, 0)]
+    run = engine_run([request, untimed, *steps], token_budget=256, light_budget=128)
+    assert list(run.queued_s) == [1.1] and list(run.prompt_tokens) == [300] and list(run.level) == [2]
+    assert run.scheduled_s[0] == pytest.approx(1.3) and run.first_token_s[0] == pytest.approx(1.8)
+    # The first token reached vllm_model 0.15 s after the engine took it: every step may have started
+    # that much before its logged end less its time, and no later than a step after it.
+    assert list(run.step_end_s) == [1.5, 1.7, 1.75]
+    assert run.step_start_s == pytest.approx([1.25, 1.45, 1.59])
+    assert list(run.step_decodes) == [1, 1, 1] and run.step_free_tokens is None

@@ -34,5 +34,6 @@ def test_the_stages_split_the_time_to_the_first_token() -> None:
     assert stages["engine_queue_s"] == 0.5
     assert stages["prefill_s"] == 1.5
     assert stages["front_end_queue_s"] == 0.1 and stages["arrival"] == 9.0
+    assert stages["engine_queued"] == 10.5 and stages["prompt_tokens"] == 2  # the prompt's [1, 2]
     # An engine that reports no timestamps leaves its stages unknown, not zero.
     assert math.isnan(progress.stages(_output("a", [1], RequestStateStats()), arrival=9.0)["prefill_s"])
