@@ -144,7 +144,9 @@ class StreamClient:
     models name the request in the message (`protocol.attributed`), which is how an error finds its
     request here. An error that names none (one of Triton's own) goes to the only request outstanding,
     if there is one; otherwise it is kept in `unattributed_errors`, each standing for one of the
-    requests still outstanding.
+    requests still outstanding. An error with a gRPC status is the stream's own end (the connection
+    broke, or the stream was cancelled): tritonclient reads no more responses after it, so every
+    request still outstanding ends with it (`stream_error`).
 
     With `silence_timeout_s`, a request that has heard nothing (no response, no error) for that long
     since it was sent or last answered ends with an error of the client's (`protocol.SILENCE`), checked
@@ -169,12 +171,16 @@ class StreamClient:
         self.silenced: list[str] = []  # requests the client ended for their silence
         self._lock = threading.Lock()
         self.unattributed_errors: list[str] = []
+        self.stream_error: str | None = None
         self.client.start_stream(callback=self._on_response)
 
     def _on_response(self, result: Any, error: Any) -> None:
         now = time.monotonic()
         if error is not None:
-            self._on_error(str(error), now)
+            if error.status() is not None:  # a gRPC status: the stream itself has ended
+                self._on_stream_end(str(error), now)
+            else:
+                self._on_error(str(error), now)
             return
         response = result.get_response()
         request_id = response.id
@@ -196,6 +202,15 @@ class StreamClient:
     @staticmethod
     def _outputs(result: Any) -> dict[str, Any]:
         return {output.name: result.as_numpy(output.name) for output in result.get_response().outputs}
+
+    def _on_stream_end(self, message: str, now: float) -> None:
+        with self._lock:
+            self.stream_error = message
+            for request_id, done in self._done.items():
+                if not done.is_set():
+                    entry = self.results[request_id]
+                    entry.error, entry.done_s = p.attributed(request_id, message), now
+                    done.set()
 
     def _on_error(self, message: str, now: float) -> None:
         request_id = p.attributed_request(message)
