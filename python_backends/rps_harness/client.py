@@ -203,14 +203,18 @@ class StreamClient:
     def _outputs(result: Any) -> dict[str, Any]:
         return {output.name: result.as_numpy(output.name) for output in result.get_response().outputs}
 
+    def _fail(self, request_id: str, error: str, now: float) -> None:
+        """End `request_id` with `error` (the caller holds the lock)."""
+        entry = self.results[request_id]
+        entry.error, entry.done_s = error, now
+        self._done[request_id].set()
+
     def _on_stream_end(self, message: str, now: float) -> None:
         with self._lock:
             self.stream_error = message
             for request_id, done in self._done.items():
                 if not done.is_set():
-                    entry = self.results[request_id]
-                    entry.error, entry.done_s = p.attributed(request_id, message), now
-                    done.set()
+                    self._fail(request_id, p.attributed(request_id, message), now)
 
     def _on_error(self, message: str, now: float) -> None:
         request_id = p.attributed_request(message)
@@ -221,9 +225,7 @@ class StreamClient:
                     self.unattributed_errors.append(message)
                     return
                 request_id = pending[0]
-            entry = self.results[request_id]
-            entry.error, entry.done_s = message, now
-            self._done[request_id].set()
+            self._fail(request_id, message, now)
 
     def submit(
         self,
@@ -253,9 +255,7 @@ class StreamClient:
             )
         except self._exception as error:
             with self._lock:
-                entry = self.results[request_id]
-                entry.error, entry.done_s = p.attributed(request_id, str(error)), time.monotonic()
-                self._done[request_id].set()
+                self._fail(request_id, p.attributed(request_id, str(error)), time.monotonic())
 
     def pending(self) -> list[str]:
         """Requests without a final response (or an error attributed to them) yet."""
@@ -291,9 +291,7 @@ class StreamClient:
                 message = (
                     f"{p.SILENCE} for {silent_s:.0f} s; the client ended it (the server may have lost it)"
                 )
-                entry = self.results[request_id]
-                entry.error, entry.done_s = p.attributed(request_id, message), now
-                done.set()
+                self._fail(request_id, p.attributed(request_id, message), now)
                 ended.append(request_id)
         self.silenced += ended
         return ended

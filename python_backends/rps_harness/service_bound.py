@@ -36,8 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rps_serve.requests import RequestClass
-
-SAND = 0
+from rps_serve.scheduling.light_steps import SAND
 
 
 @dataclass(frozen=True)
