@@ -6,6 +6,13 @@ first on PATH: the tritonclient 2.51 binary (`loadtest.perf_analyzer`), as the p
 it depends on needs glibc 2.38. It lives in a venv of its own (`make setup-genai-perf`): its
 dependencies are not the CPU stack's. A run counts as clean only where GenAI-Perf exits 0, neither it
 nor perf_analyzer printed an error, and every request perf_analyzer exported got a response.
+
+That 2.51 binary records a declared output that a response lacks (vllm_backend's `cumulative_logprob`
+and `num_*_tokens`, sent only when asked) as a zero-byte buffer, then exports it by reading one value
+from it (fixed upstream in perf_analyzer PR #153, after 2.51). When those bytes read as a NaN, its
+JSON writer stops before its first flush: `profile_export.json` is empty and GenAI-Perf fails parsing
+it (seen in 1 of about 25 runs on a loaded machine). That run is repeated, up to `EXPORT_TRIES` runs;
+any other failure is not.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +32,7 @@ logger = logging.getLogger(__name__)
 EXECUTABLE = Path("bin") / "genai-perf"
 STATS_EXPORT = "profile_export_genai_perf.json"
 REQUESTS_EXPORT = "profile_export.json"  # perf_analyzer's own, one record per request
+EXPORT_TRIES = 3  # runs, where perf_analyzer 2.51 left its requests export empty
 # perf_analyzer's "Thread [0] had error: ...", "Failed to ...", and GenAI-Perf's tracebacks and
 # "ERROR" log lines.
 _ERROR_LINE = re.compile(r"\berror\b|\bfailed\b|traceback", re.IGNORECASE)
@@ -99,12 +108,14 @@ class GenAIPerfRun:
 class GenAIPerfResult:
     """What one run's exports and log say: GenAI-Perf's statistics (`stats`, its JSON export less
     the echoed configuration), the responses of each request perf_analyzer recorded (a streamed
-    request gets one a token), and every error line printed."""
+    request gets one a token), every error line printed, and the runs it took (the server saw the
+    requests of each)."""
 
     export_dir: Path
     stats: dict[str, Any]
     responses: list[int]
     errors: list[str]
+    runs: int = 1
 
     @property
     def requests(self) -> int:
@@ -133,6 +144,7 @@ class GenAIPerfResult:
             "recorded": self.recorded,
             "unanswered": self.unanswered,
             "errors": len(self.errors),
+            "runs": self.runs,
             "requests_per_s": self.stats["request_throughput"]["avg"],
             "output_tokens_per_s": self.stats["output_token_throughput"]["avg"],
             **latencies,
@@ -155,12 +167,31 @@ def read_exports(artifact_dir: Path, log: Path) -> GenAIPerfResult:
     return GenAIPerfResult(export_dir, stats, responses, errors)
 
 
+def _empty_exports(artifact_dir: Path) -> list[Path]:
+    """The run directories under `artifact_dir` whose requests export perf_analyzer left empty."""
+    return [found.parent for found in artifact_dir.glob(f"*/{REQUESTS_EXPORT}") if found.stat().st_size == 0]
+
+
 def run_genai_perf(
     executable: Path, perf_analyzer: Path, run: GenAIPerfRun, log: Path, timeout_s: float = 600.0
 ) -> GenAIPerfResult:
     """Run GenAI-Perf with `perf_analyzer` first on PATH (its output and perf_analyzer's to `log`)
-    and read its exports; raises where it exits non-zero."""
+    and read its exports; runs it again where perf_analyzer left its requests export empty (the
+    failed run's log kept beside `log`), and raises on any other non-zero exit."""
     run.artifact_dir.mkdir(parents=True, exist_ok=True)
     logger.info("running %s", " ".join(run.command(executable)))
-    run_logged(run.command(executable), perf_analyzer, log, timeout_s)
-    return read_exports(run.artifact_dir, log)
+    runs = 1
+    while True:
+        try:
+            run_logged(run.command(executable), perf_analyzer, log, timeout_s)
+            break
+        except RuntimeError:
+            emptied = _empty_exports(run.artifact_dir)
+            if not emptied or runs == EXPORT_TRIES:
+                raise
+        kept = log.rename(log.with_name(f"{log.stem}.run{runs}{log.suffix}"))
+        logger.warning("perf_analyzer left %s empty (see %s); running again", REQUESTS_EXPORT, kept)
+        for directory in emptied:
+            shutil.rmtree(directory)
+        runs += 1
+    return replace(read_exports(run.artifact_dir, log), runs=runs)
