@@ -13,6 +13,7 @@ records observed so far to the model and updates it, as `vllm_model`'s does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,11 +78,13 @@ def arrivals_until_agreed(
     """The first request from which on every `window` consecutive requests get the class `true_levels`
     gives them at a share of `agreement` or more (0 if they do from the start; None if the last
     `window` do not): the arrivals the classes took to agree."""
-    agreed = (levels == true_levels).astype(np.float64)
+    agreed = (levels == true_levels).astype(np.int64)
     if len(agreed) < window:
         raise ValueError(f"need at least {window} requests, got {len(agreed)}")
-    rolling = np.convolve(agreed, np.ones(window) / window, mode="valid")  # [i] covers i .. i+window-1
-    below = np.flatnonzero(rolling < agreement)
+    # Counted in whole requests: a share summed in floating point sits either side of `agreement`
+    # at the edge, by the summation order of the machine's numpy.
+    rolling = np.convolve(agreed, np.ones(window, dtype=np.int64), mode="valid")  # [i]: i .. i+window-1
+    below = np.flatnonzero(rolling < math.ceil(round(agreement * window, 9)))
     if below.size == 0:
         return 0
     settled = int(below[-1]) + 1
