@@ -26,12 +26,14 @@ import os
 import signal
 import threading
 import time
+from multiprocessing.synchronize import Event
 
 import psutil
 
 from rps_serve.process_tree import process_tree
 
 POLL_S = 0.5  # a watched process follows its parent within this
+READY_S = 60.0  # the longest a stub waits for its watcher's first look (a spawn imports Python)
 
 
 def watch_parent(poll_s: float = POLL_S) -> threading.Thread | None:
@@ -48,26 +50,37 @@ def watch_parent(poll_s: float = POLL_S) -> threading.Thread | None:
 def start_parent_watcher(poll_s: float = POLL_S) -> multiprocessing.process.BaseProcess:
     """Start a watcher process that ends this process and its descendants once this process's parent
     is gone, and the descendants this process leaves if it dies first. Daemonic, so that a normal
-    exit of this process ends it too."""
-    watcher = multiprocessing.get_context("spawn").Process(
+    exit of this process ends it too. Returns once the watcher has taken its first look (or after
+    `READY_S`): a spawned watcher takes a while to start, and children this process started and left
+    before that look would be missed."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    watcher = context.Process(
         target=_watch,
-        args=(os.getpid(), os.getppid(), poll_s, True),
+        args=(os.getpid(), os.getppid(), poll_s, True, ready),
         name="rps-parent-watch",
         daemon=True,
     )
     watcher.start()
+    if not ready.wait(READY_S):
+        _say(f"the watcher of process {os.getpid()} has not started after {READY_S:.0f} s; going on")
     return watcher
 
 
-def _watch(watched: int, parent: int, poll_s: float, end_orphans: bool) -> None:
+def _watch(watched: int, parent: int, poll_s: float, end_orphans: bool, ready: Event | None = None) -> None:
     """Until `watched`'s parent is no longer `parent`, then end `watched`'s tree (from a thread of
     `watched` itself or from another process alike). If `watched` ends first: with `end_orphans`
-    (a watcher in another process), end the descendants it left, as last seen; else return."""
+    (a watcher in another process), end the descendants it left, as last seen; else return. `ready`
+    is set once the first look is taken."""
     left: list[psutil.Process] = []
     while (current := parent_of(watched)) == parent:
         if end_orphans:
             left = process_tree(watched)[1:] or left
+        if ready is not None:
+            ready.set()
         time.sleep(poll_s)
+    if ready is not None:
+        ready.set()
     if current is not None:
         _say(f"process {watched}: its parent {parent} is gone; ending it and its children")
         kill_tree(watched)

@@ -51,12 +51,13 @@ SERVER = textwrap.dedent(
 )
 STUB = textwrap.dedent(
     """
-    import ctypes, json, os, subprocess, sys
+    import ctypes, json, os, subprocess, sys, time
     from rps_serve.vllm_plugin.parent_watch import start_parent_watcher
 
     if __name__ == "__main__":
-        watcher = start_parent_watcher(poll_s=0.1)
+        watcher = start_parent_watcher(poll_s=0.1)  # returns once the watcher has looked
         worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        time.sleep(1.0)  # ten of the watcher's looks: one sees the worker, however loaded the machine
         with open(sys.argv[1], "w") as f:
             json.dump({"stub": os.getpid(), "watcher": watcher.pid, "worker": worker.pid}, f)
         ctypes.PyDLL(None).sleep(120)  # libc's sleep, called without releasing the GIL
