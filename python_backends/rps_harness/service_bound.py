@@ -2,20 +2,22 @@
 the light steps' floor: the bound the floor buys, checked request by request in both engines.
 
 While sand is present a light step lets heavier prefills take at most `budget` tokens of it, one
-heavier request at a time; the floor is that they keep that share of every step, sand or no sand
+heavier request at a time: the one prefilling, or where none is, the best waiting one, ahead of the
+sand; the floor is that they keep that share of every step, sand or no sand
 (`scheduling.light_steps`). Requests leave each class queue in arrival order, lighter classes first,
 and vLLM runs the requests it has started before those waiting. From the moment a request reaches the
 engine's queue, the step then in progress serves nobody in particular, and after it:
 - a **heavier** request of class k waits for the prefills of every heavier request still without its
   first token that goes before it (a lighter class, or class k arriving earlier), of every heavier
-  one already prefilling (a started prefill is not set aside), of every heavier one of a lighter class
-  arriving while it waits, and for sand: sand goes first in the queue, so a heavier request that has
-  not started starts with what the step's sand leaves. Once started, a prefill takes the floor's
-  share of every step, `min(budget, the step's tokens less its decodes)`, one heavier prefill a
-  step; a step that holds a sand prefill larger than the budget gives it nothing.
+  one already prefilling (a started prefill is not set aside), and of every heavier one of a lighter
+  class arriving while it waits. They are served one at a time, each taking the floor's share of
+  every step, `min(budget, the step's tokens less its decodes)`; one that has not started may first
+  be passed over for a step (it leads the queue from the next: `light_steps.Leads`); a step that
+  holds a sand prefill larger than the budget gives them nothing.
 - a **sand** request needs the prompts of the sand ahead of it still without a first token and its
-  own, at what each step leaves: its tokens less its decodes and less what the heavier prefills
-  already running when it arrived take (at most `budget` a step, until they are done).
+  own, at what each step leaves: its tokens less its decodes and less the floor's share, for as long
+  as heavier prefill work is present (the prompts of the heavier requests without a first token at
+  its arrival, and of those arriving after it: a waiting heavier request goes ahead of the sand).
 The bound is the end of the step by which that much service has been given. The load is the run's
 own (arrivals, prompt tokens, decodes per step) and the steps' times are the run's, so the bound
 says whether the scheduler gave every class its order and its share, not how fast the machine is.
@@ -168,63 +170,61 @@ def _ahead(run: EngineRun, r: int) -> np.ndarray:
 
 def _sand_end(run: EngineRun, steps: _Steps, r: int, first: int) -> float:
     """The end of the step by which the sand ahead of `r` and `r` itself have had every prompt token,
-    each step giving them its room less what the heavier prefills running at `r`'s arrival take."""
+    each step giving them its room less what heavier prefills take: the floor's share, while heavier
+    work present since `r`'s arrival or arrived since lasts."""
     waiting = _waiting_at(run, r)
     ahead = waiting & _ahead(run, r) & (run.level == SAND)
     need = run.prompt_tokens[ahead].sum() + run.prompt_tokens[r]
-    running = waiting & (run.level != SAND) & (run.scheduled_s <= run.queued_s[r])
     first = _with_room(run, r, first, run.prompt_tokens[ahead & (run.scheduled_s > run.queued_s[r])])
-    room = steps.room[first:]
-    heavier = np.minimum(np.cumsum(np.minimum(run.light_budget, room)), run.prompt_tokens[running].sum())
-    given = np.cumsum(room - np.diff(heavier, prepend=0))
+    room, share = steps.room[first:], steps.share[first:]
+    # Heavier prompt tokens present by each step's start: those without a first token at r's arrival,
+    # then each later arrival from the first step that starts after it.
+    later = (run.level != SAND) & (run.queued_s > run.queued_s[r])
+    arrives = np.searchsorted(run.step_start_s[first:], run.queued_s[later], side="left")
+    present = np.cumsum(np.bincount(arrives, run.prompt_tokens[later], minlength=len(room) + 1))[: len(room)]
+    present = present + run.prompt_tokens[waiting & (run.level != SAND)].sum()
+    # Heavier prefills take the share of each step, up to what is present: taken_k = S_k + min(0,
+    # min over j <= k of (present_j - S_j)), S the cumulative share.
+    cumulative_share = np.cumsum(share)
+    taken = cumulative_share + np.minimum(np.minimum.accumulate(present - cumulative_share), 0)
+    given = np.cumsum(room) - taken
     step = int(np.searchsorted(given, need, side="left"))
     return float(run.step_end_s[first + step]) if step < len(given) else float("inf")
 
 
 def _heavier_end(run: EngineRun, steps: _Steps, r: int, first: int) -> float:
     """The end of the step by which `r` has had its whole prompt, step by step: the heavier prefills
-    that go before it are served one at a time: one that has started takes the floor's share of a
-    step before the sand; one that has not (`r` included) starts with what the step's sand leaves,
-    up to that share (sand goes first in the queue). Sand waiting at `r`'s arrival or arriving after
-    it, and heavier requests of a lighter class arriving after it, go before `r`."""
+    that go before it are served one at a time, each taking the floor's share of a step ahead of the
+    sand, one that has not started after a step that passes it over (then it leads the queue).
+    Heavier requests of a lighter class arriving after `r` go before it."""
     level, arrived = run.level[r], run.queued_s[r]
     waiting, heavier = _waiting_at(run, r), run.level != SAND
     started = waiting & heavier & (run.scheduled_s <= arrived)
     # Lighter classes go first whenever they came, r's own class in arrival order.
     goes_first = (run.level < level) | ((run.level == level) & _ahead(run, r))
     before = waiting & heavier & ~started & goes_first
-    jobs = [int(t) for t in run.prompt_tokens[started]]
-    running = len(jobs)  # the first `running` jobs have started
-    jobs += [int(t) for t in run.prompt_tokens[before]]
-    sand = int(run.prompt_tokens[waiting & (run.level == SAND)].sum())
-    later = np.nonzero((run.queued_s > arrived) & ((run.level == SAND) | (heavier & (run.level < level))))[0]
+    jobs = [int(t) for t in run.prompt_tokens[started]] + [int(t) for t in run.prompt_tokens[before]]
+    going = int(started.sum())  # the first `going` jobs have started
+    passed_over = going == 0  # the job at the head has yet to sit out the step that passes it over
+    later = np.nonzero((run.queued_s > arrived) & heavier & (run.level < level))[0]
     later = later[np.argsort(run.queued_s[later], kind="stable")]
     first = _with_room(run, r, first, run.prompt_tokens[before])
     queue = [*jobs, int(run.prompt_tokens[r])]  # `r` last: whatever arrives later goes before it
     arrivals = 0
     for step in range(first, len(run.step_start_s)):
         while arrivals < len(later) and run.queued_s[later[arrivals]] <= run.step_start_s[step]:
-            new = later[arrivals]
-            if run.level[new] == SAND:
-                sand += int(run.prompt_tokens[new])
-            else:
-                queue.insert(len(queue) - 1, int(run.prompt_tokens[new]))
+            queue.insert(len(queue) - 1, int(run.prompt_tokens[later[arrivals]]))
             arrivals += 1
-        room, share = int(steps.room[step]), int(steps.share[step])
-        if running > 0:  # a started prefill keeps the floor's share, sand or no sand
-            taken = min(share, queue[0])
-            sand = max(sand - (room - taken), 0)
-        else:  # a waiting one starts with what the sand leaves, up to the share
-            taken = min(share, max(room - sand, 0), queue[0])
-            sand = max(sand - room, 0)
-        if taken:
-            running = max(running, 1)
-            queue[0] -= taken
-            if queue[0] == 0:
-                if len(queue) == 1:
-                    return float(run.step_end_s[step])
-                queue.pop(0)
-                running -= 1
+        if passed_over:
+            passed_over = False
+            continue
+        queue[0] -= min(int(steps.share[step]), queue[0])
+        if queue[0] == 0:
+            if len(queue) == 1:
+                return float(run.step_end_s[step])
+            queue.pop(0)
+            going = max(going - 1, 0)
+            passed_over = going == 0
     return float("inf")
 
 

@@ -69,6 +69,19 @@ def test_sand_behind_a_running_rock_is_bounded_by_what_the_floor_leaves() -> Non
     assert starved.wait_s[1] > request_bounds(starved)[1]
 
 
+def test_sand_counts_the_share_of_a_rock_that_leads_the_queue_after_it() -> None:
+    # Two sand requests of 40 tokens, then a rock: the rock leads step 3 with the budget, the second
+    # sand has 10 tokens of it and finishes in step 4.
+    led = _run([(SAND, 40, 2, 3), (SAND, 40, 2, 4), (ROCK, 400, 2, 10)])
+    led = dataclasses.replace(led, queued_s=led.queued_s + np.array([0.0, 0.001, 0.002]))
+    assert all(led.wait_s <= request_bounds(led))
+    # Without the rock, the second sand had all it needed in step 3: finishing in step 4 breaks its bound.
+    alone = dataclasses.replace(led, queued_s=led.queued_s[:2], scheduled_s=led.scheduled_s[:2],
+                                first_token_s=led.first_token_s[:2], level=led.level[:2],
+                                prompt_tokens=led.prompt_tokens[:2])  # fmt: skip
+    assert alone.wait_s[1] > request_bounds(alone)[1]
+
+
 def test_a_pebble_served_after_a_rock_that_came_before_it_but_had_not_started_breaks_its_bound() -> None:
     pebble, rock = 1, ROCK
     # The rock and a pebble arrive in step 0; the pebble's two steps first (class order), then the

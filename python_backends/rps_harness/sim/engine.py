@@ -16,8 +16,10 @@ Each step, as vLLM V1 does it:
    (`scheduling.holding`, as the plug-in configures it) held requests sit both phases out; in a light
    step (`scheduling.light_steps`: sand waits at the head or prefills) every chunk is limited to the
    light-step budget and the running heavier prefills but the first sit both phases out (a sand
-   larger than the budget raises the limit to its size and all of them sit out), and a heavier
-   waiting request starts only while no heavier request prefills in the step;
+   larger than the budget raises the limit to its size and all of them sit out), a heavier
+   waiting request starts only while no heavier request prefills in the step, and where none does the
+   best waiting heavier one goes first, ahead of the sand, once a light step has passed it over
+   (`light_steps.Leads`; it goes back to its place if it cannot start);
 3. the step takes the timing model's time; a request whose known tokens are all computed samples one
    token; finished requests free their blocks.
 Recompute preemption drops a request's KV (and its encoder output): it prefills prompt and generated
@@ -42,7 +44,7 @@ from rps_harness.sim.timing import TimingModel
 from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
-from rps_serve.scheduling.light_steps import SAND, may_start, plan_light_step
+from rps_serve.scheduling.light_steps import SAND, Leads, LightStep, may_lead, may_start, plan_light_step
 from rps_serve.scheduling.preemption import Contender, PreemptionRule
 from rps_serve.scheduling.queues import ClassQueues
 
@@ -180,6 +182,7 @@ class Engine:
         self._light = False  # the current step is a light one
         self._aside: set[int] = set()  # running requests that sit the current step out
         self.light_steps = 0
+        self._leads: Leads[int] = Leads()
         # Plain lists: scalar reads in the Python parts of a step are much cheaper than numpy indexing.
         self._prompt = work.prompt_tokens.tolist()
         self._level = work.level.tolist()
@@ -316,24 +319,23 @@ class Engine:
             for r, gone in zip(self.running.tolist(), removed.tolist(), strict=True)
             if not gone and r not in self._aside
         )
+        led = self.queues.leading
         while budget > 0 and self.queues:
             request = self.queues.peek()
-            if not self._admits(request):
+            if not self._may_admit(request, heavier_prefilling, encoder_budget, seqs, evicted):
+                if request == self.queues.leading:  # a leading request that cannot start yields its lead
+                    self.queues.lead(None)
+                    continue
                 break
-            level = self._level[request]
-            if self._light and not may_start(level, heavier_prefilling):
-                break
-            if request in evicted:
-                break  # evicted in this step: not rescheduled in the same step, as in vLLM
             chunk = self._chunk(self._known_tokens(request), budget)
-            if self._visual[request] > encoder_budget:
-                break
-            if seqs >= config.max_num_seqs:
-                break  # a free sequence slot comes with the next finished request: no eviction for it
             need = int(_blocks(chunk, config.block_size))
             if need > self.free_blocks:
-                # The plug-in's rule: one eviction a step, for the head of the queue.
-                first = not admitted and not evicted
+                if request == self.queues.leading:  # as the plug-in: no eviction for a lead
+                    self.queues.lead(None)
+                    continue
+                # The plug-in's rule: one eviction a step, for the head of the queue (it evicts before
+                # a light step's lead is chosen).
+                first = not evicted and all(a == led for a in admitted)
                 index = self._evict_for(request, removed) if self.rule is not None and first else None
                 if index is None:
                     break
@@ -346,7 +348,7 @@ class Engine:
                 seqs -= 1
                 continue
             self.queues.remove(request)
-            heavier_prefilling |= self._light and level != SAND
+            heavier_prefilling |= self._light and self._level[request] != SAND
             admitted.append(request)
             tokens.append(chunk)
             budget -= chunk
@@ -355,6 +357,21 @@ class Engine:
             self.blocks[request] = need
             seqs += 1
         return admitted, tokens, removed
+
+    def _may_admit(
+        self, request: int, heavier_prefilling: bool, encoder_budget: int, seqs: int, evicted: set[int]
+    ) -> bool:
+        """Whether the waiting `request` may start now, but for the KV blocks its chunk needs: the
+        policy's headroom, the light step's rule, the encoder budget and a free sequence slot, and not
+        evicted in this step (vLLM does not reschedule a request in the step that preempted it)."""
+        if not self._admits(request):
+            return False
+        if self._light and not may_start(self._level[request], heavier_prefilling):
+            return False
+        if request in evicted or self._visual[request] > encoder_budget:
+            return False
+        # A free sequence slot comes with the next finished request: no eviction for it.
+        return seqs < self.config.max_num_seqs
 
     def _admits(self, request: int) -> bool:
         """The policy's KV headroom (`scheduling.admission`) lets `request` start now."""
@@ -378,10 +395,11 @@ class Engine:
         best = self._level[self.queues.peek()]
         return prefill_chunk_cap([best], prefilling.tolist(), self.chunk_cap_tokens)
 
-    def _light_step(self) -> tuple[int, set[int]] | None:
+    def _light_step(self) -> LightStep[int] | None:
         """In a light step, its prefill chunk limit and the running heavier prefills that sit it out
-        (`light_steps.plan_light_step`), decided as the vLLM plug-in decides them; None otherwise
-        (and when every sequence slot is taken, as the plug-in skips its rules then)."""
+        (`light_steps.plan_light_step`), with the request that leads the queue in it set
+        (`light_steps.Leads`), decided as the vLLM plug-in decides them; None otherwise (and when every
+        sequence slot is taken, as the plug-in skips its rules then)."""
         if not self.light_step_tokens or len(self.running) >= self.config.max_num_seqs:
             return None
         ids = self.running
@@ -392,7 +410,12 @@ class Engine:
         head = self.queues.peek() if self.queues else None
         waiting = None if head is None else (self._level[head], self._known_tokens(head))
         light = plan_light_step(self.light_step_tokens, waiting, prefilling)
-        return None if light is None else (light[0], set(light[1]))
+        lead = self._leads.choose(light, lambda: self.queues.best_heavier(SAND))
+        if lead is not None and waiting is not None:
+            blocks = self.free_blocks, self.config.block_size, len(self.running)
+            if may_lead(self._known_tokens(lead), waiting[1], *blocks):
+                self.queues.lead(lead)
+        return light
 
     @contextmanager
     def _holding(self) -> Iterator[None]:
@@ -419,8 +442,8 @@ class Engine:
             self._light = light is not None
             self._aside = set()
             if light is not None:
-                limit, self._aside = light
-                self._chunk_limit = min(self._chunk_limit, limit) if self._chunk_limit else limit
+                self._aside = set(light.aside)
+                self._chunk_limit = min(self._chunk_limit, light.limit) if self._chunk_limit else light.limit
                 self.light_steps += 1
             alloc, preempted = self._schedule_running()
             self._preempted_last = preempted

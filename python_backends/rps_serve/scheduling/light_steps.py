@@ -11,16 +11,22 @@ a light step therefore
   prefills sit that step out: `light_step`);
 - lets at most one heavier request prefill in it: the first heavier prefill in running order goes
   on, any other sits the step out (keeping its KV blocks), and a waiting heavier request starts only
-  while none prefills.
+  while none prefills;
+- where none prefills, lets the best waiting heavier request start first, ahead of the sand queued
+  before it, once a light step has passed it over (`Leads`) and where the KV cache holds its prompt
+  beside the sand's (`may_lead`): its chunk is the budget, and the sand takes the rest of the step.
+  Sand queued after sand would otherwise fill every step before a heavier request's turn came, and
+  under a stream of sand the heavier classes' share would hold only for prefills already started.
 A heavier request with media may start in a light step where no heavier request prefills, its vision
 encoder's time riding in that step: barred from light steps altogether, videos waited for steps with
 no sand at all, 1.5x as long on average in the simulator, and the 72B's normalized latency rose
 10-14% on cost-vs-modality (docs/decisions.md). The limit lifts in the first step with no sand.
 
 The budget is the floor that keeps heavier classes served while sand streams in: they keep at least
-`budget` tokens of every step (but those holding a sand prefill larger than it), so a heavy prompt
-of P tokens needs at most ceil(P / budget) such steps of prefill whatever the sand load
-(`prefill_steps_bound`). It is derived from the served model's measured costs, not a constant
+`budget` tokens of every step (but those holding a sand prefill larger than it), started or waiting,
+so a heavy prompt of P tokens needs at most ceil(P / budget) such steps of prefill whatever the sand
+load (`prefill_steps_bound`), and the best waiting heavier request starts by the second light step
+with no heavier prefill. It is derived from the served model's measured costs, not a constant
 (`light_step_budget`): a step-time target of `LIGHT_STEP_EDGES` times the longest sand prefill, as
 tokens (the prompt length at which the cost model stops calling a text sand, `sand_edge_tokens`),
 and never less than `LIGHT_STEP_FLOOR` of the step's token budget. Both engines (the vLLM plug-in
@@ -30,8 +36,8 @@ and the simulator) take these decisions from this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from rps_serve.cost import features as cols
 from rps_serve.cost.model import CostModel
@@ -95,7 +101,17 @@ def wait_stretch(token_budget: int, budget: int) -> float:
     return token_budget / budget if budget else 1.0
 
 
-def light_step(budget: int, sand_tokens: Iterable[int], heavier_prefills: Sequence[R]) -> tuple[int, list[R]]:
+class LightStep(NamedTuple, Generic[R]):
+    """One light step's decision: the prefill chunk limit of every request in it, the running heavier
+    prefills (in running order) that sit it out, and whether the best waiting heavier request starts
+    first, ahead of the sand queued before it."""
+
+    limit: int
+    aside: list[R]
+    heavier_first: bool = False
+
+
+def light_step(budget: int, sand_tokens: Iterable[int], heavier_prefills: Sequence[R]) -> LightStep[R]:
     """A light step's prefill chunk limit, and which of the running heavier prefills (in running
     order) sit it out, given the tokens still to compute of every sand prefill present.
 
@@ -105,27 +121,68 @@ def light_step(budget: int, sand_tokens: Iterable[int], heavier_prefills: Sequen
     waiting ones, so a heavier chunk of that size would leave too little of the step for the sand."""
     largest = max(sand_tokens, default=0)
     if largest > budget:
-        return largest, list(heavier_prefills)
-    return budget, list(heavier_prefills[1:])
+        return LightStep(largest, list(heavier_prefills))
+    return LightStep(budget, list(heavier_prefills[1:]))
 
 
 def plan_light_step(
     budget: int, head: tuple[int, int] | None, prefilling: Sequence[tuple[R, int, int]]
-) -> tuple[int, list[R]] | None:
+) -> LightStep[R] | None:
     """The next step's light-step decision, as both engines take it: None where it is no light step
-    (no sand waits at the head of the queue, `head`, and none is prefilling), else its chunk limit
-    and the running heavier prefills that sit it out (`light_step`). `head`: the best waiting
-    request's (level, tokens to compute), None with nothing waiting; `prefilling`: (request, level,
-    tokens still to compute) of each running request part-way through its prompt, in running order."""
+    (no sand waits at the head of the queue, `head`, and none is prefilling), else its chunk limit,
+    the running heavier prefills that sit it out (`light_step`), and whether the best waiting heavier
+    request (if one waits) starts first: where sand heads the queue, no heavier request prefills and
+    the limit is the budget. `head`: the best waiting request's (level, tokens to compute), None with
+    nothing waiting; `prefilling`: (request, level, tokens still to compute) of each running request
+    part-way through its prompt, in running order."""
     sand = [left for _, level, left in prefilling if level == SAND]
-    if head is not None and head[0] == SAND:
+    sand_heads = head is not None and head[0] == SAND
+    if head is not None and sand_heads:
         sand.append(head[1])
     if not sand:
         return None
-    return light_step(budget, sand, [request for request, level, _ in prefilling if level != SAND])
+    heavier = [request for request, level, _ in prefilling if level != SAND]
+    step = light_step(budget, sand, heavier)
+    return step._replace(heavier_first=sand_heads and not heavier and step.limit == budget)
+
+
+def may_lead(lead_tokens: int, sand_tokens: int, free_blocks: int, block_size: int, running: int) -> bool:
+    """Whether a heavier request with `lead_tokens` to compute may lead the queue ahead of sand with
+    `sand_tokens`: where the KV cache's `free_blocks` hold both prompts whole beside a block for each
+    `running` request's next token. A lead that held blocks the sand then waited for made the sand's
+    longest wait under KV pressure up to twice stock priority's in the simulator; the waiting sand
+    keeps first claim on the cache."""
+    blocks = -(-lead_tokens // block_size) + -(-sand_tokens // block_size)
+    return blocks + running <= free_blocks
 
 
 def may_start(level: int, heavier_prefilling: bool) -> bool:
     """Whether a waiting request may start in a light step: sand always; a heavier one only while no
     heavier request prefills in the step."""
     return level == SAND or not heavier_prefilling
+
+
+class Leads(Generic[R]):
+    """Which waiting heavier request leads a light step's queue, ahead of the sand: the best waiting
+    heavier request, once the light step before it, which could have let it lead
+    (`LightStep.heavier_first`), passed it over, so that it is still waiting.
+
+    Leading at once, in every such step, cost sand a little at 0.9x of capacity and a tenth of its
+    P90 in the 72B's overload in the simulator; one step late, as here, it cost nothing measurable,
+    since a heavier request that the sand leaves room for starts without leading (docs/decisions.md,
+    "Light steps"). Both engines keep one and ask it at every step they plan (`choose`)."""
+
+    def __init__(self) -> None:
+        self._passed_over: R | None = None
+
+    def choose(self, light: LightStep[Any] | None, best_heavier: Callable[[], R | None]) -> R | None:
+        """The request that leads the step planned as `light` (None: not a light step), given the
+        best waiting heavier request (`best_heavier`, asked only in a step that could let it lead);
+        None where none does."""
+        if light is None or not light.heavier_first:
+            self._passed_over = None
+            return None
+        candidate = best_heavier()
+        lead = candidate if candidate is not None and candidate == self._passed_over else None
+        self._passed_over = candidate
+        return lead

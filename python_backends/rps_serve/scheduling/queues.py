@@ -55,6 +55,9 @@ class ClassQueues(Generic[T]):
     iteration skips a group (`skip_groups`) its runs are left out of the order, and `unpark` merges
     them back. A group costs an iteration one check, whatever its size. `visited` counts the
     entries scored and the heads compared, for tests that show the work of an iteration.
+
+    For one iteration a class head can lead the order (`lead`): a light step's heavier request that
+    keeps its share of the step ahead of the sand queued before it (`scheduling.light_steps`).
     """
 
     def __init__(self, regulator: PriorityRegulator, clock: Callable[[], float] = time.monotonic) -> None:
@@ -68,6 +71,7 @@ class ClassQueues(Generic[T]):
         self._scores: dict[int, float] = {}
         self._guard = regulator.policy.row.starvation_guard
         self._held: _Entry[T] | None = None
+        self._lead: _Entry[T] | None = None  # first for the current iteration only (`lead`)
         self._best: _Entry[T] | None = None  # the next request, until the queue or the clock changes
         self._fresh_score: float | None = None  # a lightest-class arrival's score, this iteration
         self._runs: list[dict[Hashable, deque[_Entry[T]]]] = [{} for _ in range(regulator.num_levels)]
@@ -82,6 +86,7 @@ class ClassQueues(Generic[T]):
         self.now = self._clock()
         self._scores.clear()
         self._best = None
+        self._lead = None
         self._fresh_score = None
         if self.regulator.ages:
             self.regulator.observe(self.stats())
@@ -128,6 +133,8 @@ class ClassQueues(Generic[T]):
         self._best = None
         if entry is self._held:
             self._held = None
+        if entry is self._lead:
+            self._lead = None
         if entry.group is not None:
             runs = self._runs[entry.level]
             if self._skipped is not None and self._skipped(entry.group):
@@ -224,19 +231,35 @@ class ClassQueues(Generic[T]):
         return min(heads, key=_arrival_order, default=None)
 
     def _best_head(self) -> _Entry[T]:
+        if self._lead is not None:
+            return self._lead
         if self._held is not None:
             return self._held
         if self._best is not None:
             return self._best
+        best, best_score = self._best_of(range(len(self._queues)))
+        if best is None:
+            raise IndexError("no request is waiting")
+        if self._guard and best.level > 0:
+            if self._fresh_score is None:  # the guard's yardstick: a lightest-class arrival
+                self._fresh_score = self.regulator.score(0, self.now, self.now)
+            if best_score <= self._fresh_score:
+                self._held = best
+        self._best = best
+        return best
+
+    def _best_of(self, levels: range) -> tuple[_Entry[T] | None, float]:
+        """The best class head among `levels` (ascending score, arrival, insertion), and its score."""
         best: _Entry[T] | None = None
         best_key = (math.inf, math.inf, 0)
         scores, score = self._scores, self.regulator.score  # in one frame: a step's first look is cold
-        for level, queue in enumerate(self._queues):
+        queues = self._queues
+        for level in levels:
             if self._runs[level]:
                 head = self._class_head(level)
             else:  # no parked group (the usual step): the class queue's head
                 self.visited += 1
-                head = queue[0] if queue else None
+                head = queues[level][0] if queues[level] else None
             if head is None:
                 continue
             if (head_score := scores.get(head.seq)) is None:  # scored once an iteration
@@ -245,15 +268,23 @@ class ClassQueues(Generic[T]):
             key = (head_score, head.arrival_time, head.seq)
             if best is None or key < best_key:
                 best, best_key = head, key
-        if best is None:
-            raise IndexError("no request is waiting")
-        if self._guard and best.level > 0:
-            if self._fresh_score is None:  # the guard's yardstick: a lightest-class arrival
-                self._fresh_score = score(0, self.now, self.now)
-            if best_key[0] <= self._fresh_score:
-                self._held = best
-        self._best = best
-        return best
+        return best, best_key[0]
+
+    def best_heavier(self, level: int) -> T | None:
+        """The request that would run first of those of classes heavier than `level`; None if none waits."""
+        best, _ = self._best_of(range(level + 1, len(self._queues)))
+        return None if best is None else best.item
+
+    @property
+    def leading(self) -> T | None:
+        """The request that leads this iteration's order (`lead`), if one does."""
+        return None if self._lead is None else self._lead.item
+
+    def lead(self, item: T | None) -> None:
+        """`item`, a waiting request, goes first for the rest of this iteration, until it leaves the
+        queue; None: no request leads."""
+        self._lead = None if item is None else self._entries[item]
+        self._best = None
 
     def peek(self) -> T:
         """The request that would run next."""
@@ -284,15 +315,17 @@ class ClassQueues(Generic[T]):
         return list(heapq.merge(self._queues[level], *self._runs[level].values(), key=_arrival_order))
 
     def ordered(self) -> list[T]:
-        """Every waiting request, best first: a held request, then ascending (score, arrival, insertion)."""
+        """Every waiting request, best first: a leading request, a held one, then ascending (score,
+        arrival, insertion)."""
         entries = [
             entry for level in range(len(self._queues)) for queue in self._visible(level) for entry in queue
         ]
         entries.sort(key=lambda e: (self.score(e.level, e.arrival_time), e.arrival_time, e.seq))
         order = [entry.item for entry in entries]
-        if self._held is not None:
-            order.remove(self._held.item)
-            order.insert(0, self._held.item)
+        for first in (self._held, self._lead):  # the lead goes before a held request
+            if first is not None:
+                order.remove(first.item)
+                order.insert(0, first.item)
         return order
 
     def __iter__(self) -> Iterator[T]:

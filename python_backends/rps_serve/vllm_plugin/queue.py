@@ -97,7 +97,14 @@ class ClassRequestQueue(RequestQueue):
     def __bool__(self) -> bool:
         if self.admits is None:
             return bool(self.classes)
-        return bool(self.classes) and self.admits(self.classes.peek())
+        while self.classes:
+            head = self.classes.peek()
+            if self.admits(head):
+                return True
+            if head is not self.classes.leading:
+                return False
+            self.classes.lead(None)  # a light step's lead that may not start goes back to its place
+        return False
 
     def __len__(self) -> int:
         return len(self.classes)

@@ -17,7 +17,8 @@ Subclasses vLLM's own schedulers and keeps their `schedule()` loop; what changes
   (off by default);
 - while sand waits at the head of the queue or prefills, the step is a light one
   (`scheduling.light_steps`): heavier prefills put at most the light-step budget into it, one of them
-  at most;
+  at most, and where none prefills the best waiting heavier request leads the queue for the step
+  once a light step has passed it over;
 - `request.priority` is set to the class level, so that vLLM's own preemption under KV pressure
   (which runs with the priority policy) evicts the heaviest class first.
 Use `RPSScheduler` where async scheduling is off (CPU), `RPSAsyncScheduler` where it is on (GPU).
@@ -46,7 +47,7 @@ from rps_serve.scheduling.admission import admits
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.scheduling.holding import DecodeHolds
-from rps_serve.scheduling.light_steps import SAND, may_start, plan_light_step
+from rps_serve.scheduling.light_steps import SAND, Leads, LightStep, may_lead, may_start, plan_light_step
 from rps_serve.scheduling.parameters import class_ladder, in_time_units
 from rps_serve.scheduling.preemption import Contender
 from rps_serve.vllm_plugin.classify import engine_class, engine_cost_model, engine_request_features
@@ -109,6 +110,7 @@ class _RPSMixin(Scheduler):
         self.evictions: Counter[int] = Counter()  # preemptions for a waiting request, by victim class
         self.preemptions: Counter[int] = Counter()  # every preemption, vLLM's own included, by class
         self.light_steps = 0  # light steps (`scheduling.light_steps`) scheduled
+        self._leads: Leads[Request] = Leads()
         self.holds = 0  # steps a waiting request sat out, at the head of its class, for lighter ones running
         if self.rps.observed_costs is not None:
             self._costs = _ObservedCosts(Path(self.rps.observed_costs))
@@ -194,8 +196,8 @@ class _RPSMixin(Scheduler):
             cap = self._prefill_cap()
             aside: list[Request] = []
             if light is not None:
-                limit, aside = light
-                cap = min(cap, limit) if cap else limit
+                aside = light.aside
+                cap = min(cap, light.limit) if cap else light.limit
             if not cap and not aside:
                 return super().schedule(*args, **kwargs)
             with self._chunk_cap(cap), self._set_aside(aside):
@@ -203,9 +205,12 @@ class _RPSMixin(Scheduler):
         finally:
             self.waiting.admits = None
 
-    def _light_step(self) -> tuple[int, list[Request]] | None:
+    def _light_step(self) -> LightStep[Request] | None:
         """In a light step (`scheduling.light_steps`), the step's prefill chunk limit and the running
-        heavier prefills that sit it out (`light_steps.plan_light_step`); None otherwise."""
+        heavier prefills that sit it out (`light_steps.plan_light_step`), with the request that leads
+        the queue set (`light_steps.Leads`) where the KV cache holds its prompt beside the sand's
+        (`light_steps.may_lead`; vLLM's loop also ends its admissions at a request it cannot
+        allocate, so a lead that failed there would keep the sand out of the step); None otherwise."""
         if not self._light_budget:
             return None
         level = self.waiting.level
@@ -217,7 +222,16 @@ class _RPSMixin(Scheduler):
         ]
         waiting = None if head is None else (level(head), head.num_tokens - head.num_computed_tokens)
         light = plan_light_step(self._light_budget, waiting, prefilling)
-        self.light_steps += light is not None
+        classes = self.waiting.classes
+        lead = self._leads.choose(light, lambda: classes.best_heavier(SAND))
+        if light is None:
+            return None
+        self.light_steps += 1
+        if lead is not None and waiting is not None:
+            free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+            tokens = lead.num_tokens - lead.num_computed_tokens
+            if may_lead(tokens, waiting[1], free, self.block_size, len(self.running)):
+                classes.lead(lead)
         return light
 
     def _light_starts(self, request: Request) -> bool:

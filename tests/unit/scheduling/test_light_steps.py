@@ -53,19 +53,29 @@ def test_the_budget_is_twice_the_edge_within_the_floor_and_the_step(
 
 
 def test_a_light_step_needs_sand_waiting_first_or_prefilling() -> None:
-    assert plan_light_step(100, (SAND, 20), []) == (100, [])
-    assert plan_light_step(100, (2, 500), [("rock", 2, 900), ("sand", SAND, 30)]) == (100, [])
+    assert plan_light_step(100, (SAND, 20), []) == (100, [], True)
+    assert plan_light_step(100, (2, 500), [("rock", 2, 900), ("sand", SAND, 30)]) == (100, [], False)
     assert plan_light_step(100, (1, 300), [("rock", 2, 900), ("pebble", 1, 50)]) is None
     assert plan_light_step(100, None, []) is None
     # The waiting sand's tokens count with the prefilling sand's: the largest sets the limit.
-    assert plan_light_step(100, (SAND, 150), [("rock", 2, 900)]) == (150, ["rock"])
+    assert plan_light_step(100, (SAND, 150), [("rock", 2, 900)]) == (150, ["rock"], False)
+
+
+def test_a_waiting_heavier_request_goes_first_only_where_no_heavier_one_prefills() -> None:
+    """Ahead of the sand at the head of the queue, where the step gives heavier classes the budget."""
+    assert plan_light_step(100, (SAND, 20), [("sand", SAND, 30)]).heavier_first
+    assert not plan_light_step(100, (SAND, 20), [("rock", 2, 900)]).heavier_first
+    # Sand prefilling, a heavier request heading the queue: it goes first anyway.
+    assert not plan_light_step(100, (1, 300), [("sand", SAND, 30)]).heavier_first
+    # A sand larger than the budget keeps every heavier request out of the step.
+    assert not plan_light_step(100, (SAND, 150), []).heavier_first
 
 
 def test_one_heavier_prefill_goes_on_unless_a_sand_exceeds_the_budget() -> None:
-    assert light_step(100, [20, 60], ["rock", "pebble"]) == (100, ["pebble"])
-    assert light_step(100, [], ["rock"]) == (100, [])
+    assert light_step(100, [20, 60], ["rock", "pebble"]) == (100, ["pebble"], False)
+    assert light_step(100, [], ["rock"]) == (100, [], False)
     # vLLM runs running requests first: a heavier chunk of the sand's size would split it.
-    assert light_step(100, [150], ["rock", "pebble"]) == (150, ["rock", "pebble"])
+    assert light_step(100, [150], ["rock", "pebble"]) == (150, ["rock", "pebble"], False)
 
 
 def test_a_heavier_request_starts_only_while_none_prefills() -> None:

@@ -46,6 +46,27 @@ def test_bookkeeping() -> None:
         queues.add("z", 3, 5.0)
 
 
+def test_a_lead_goes_first_for_one_iteration_until_it_leaves() -> None:
+    queues, _ = _queues(Policy.HEADROOM)
+    for name, level, arrival in [
+        ("sand-1", 0, 0.0),
+        ("sand-2", 0, 1.0),
+        ("rock", 2, 0.5),
+        ("pebble", 1, 2.0),
+    ]:
+        queues.add(name, level, arrival)
+    queues.begin_iteration()
+    assert queues.best_heavier(RequestClass.SAND) == "pebble"  # class order among the heavier classes
+    assert queues.best_heavier(RequestClass.ROCKS) is None
+    queues.lead("pebble")
+    assert (queues.peek(), queues.leading) == ("pebble", "pebble")
+    assert queues.ordered() == ["pebble", "sand-1", "sand-2", "rock"]
+    assert queues.pop() == "pebble" and queues.leading is None and queues.peek() == "sand-1"
+    queues.lead("rock")
+    queues.begin_iteration()  # a new step: no lead
+    assert queues.peek() == "sand-1" and queues.leading is None
+
+
 def test_heavier_than_lists_the_heavier_classes_each_in_arrival_order() -> None:
     queues, _ = _queues()
     for name, level, arrival in [

@@ -91,6 +91,11 @@ def kv_pressure(name: str, policy: Policy) -> Scenario:
 
 # The light steps' budget in both engines.
 LIGHT_STEP_TOKENS = 80
+# Five sand requests a step (260 tokens) would fill the steps ahead of a pebble queued before them.
+SAND_STREAM = (
+    "a waiting heavier request passed over once goes first, with the budget, as sand fills the steps"
+)
+PEBBLE_TOKENS = 300
 LIGHT_STEP_ARRIVALS = {
     "one heavier prefill a step, capped, beside unsplit sand": (
         Arrival(0, "rock-0", ROCK, 1000, max_tokens=2),
@@ -107,6 +112,10 @@ LIGHT_STEP_ARRIVALS = {
         Arrival(1, "sand-1", SAND, 60, max_tokens=2),
         Arrival(2, "sand-2", SAND, 20, max_tokens=2),
         Arrival(2, "text pebble", PEBBLE, 200, max_tokens=2),
+    ),
+    SAND_STREAM: (
+        Arrival(0, "pebble", PEBBLE, PEBBLE_TOKENS, max_tokens=2),
+        *(Arrival(step, f"sand-{step}-{i}", SAND, 52, max_tokens=2) for step in range(4) for i in range(5)),
     ),
 }
 
@@ -414,3 +423,24 @@ def test_light_steps_change_what_the_scenario_schedules(scenario: Scenario, opt_
     """Each light-step scenario exercises the rule: without it the served scheduler runs other steps."""
     plain = Scenario(scenario.name, scenario.arrivals, policy=scenario.policy)
     assert served_steps(scenario, opt_model) != served_steps(plain, opt_model)
+
+
+@pytest.mark.parametrize("policy", [Policy.HEADROOM, Policy.RPS])
+def test_a_waiting_heavier_request_keeps_the_budget_of_steps_full_of_sand(
+    policy: Policy, opt_model: Path
+) -> None:
+    """The floor for a heavier request that has not started: the sand fills the first step and passes
+    it over; from the next it leads the queue, ahead of the sand, and gets the budget (or what it has
+    left) of every step until its prompt is computed."""
+    scenario = next(s for s in LIGHT if s.name == f"{policy.value} light steps: {SAND_STREAM}")
+    steps = served_steps(scenario, opt_model)
+    assert "pebble" not in steps[0] and sum(steps[0].values()) == TOKEN_BUDGET
+    left, k = PEBBLE_TOKENS, 1
+    while left:
+        assert steps[k].get("pebble") == min(LIGHT_STEP_TOKENS, left), f"step {k}: {steps[k]}"
+        left -= steps[k]["pebble"]
+        k += 1
+    # By class order alone, the sand held the pebble back for longer.
+    plain = served_steps(Scenario(scenario.name, scenario.arrivals, policy=policy), opt_model)
+    computed = np.cumsum([step.get("pebble", 0) for step in plain])
+    assert int(np.searchsorted(computed, PEBBLE_TOKENS)) > k - 1
