@@ -46,15 +46,18 @@ def test_bookkeeping() -> None:
         queues.add("z", 3, 5.0)
 
 
-def test_a_lead_goes_first_for_one_iteration_until_it_leaves() -> None:
-    queues, _ = _queues(Policy.HEADROOM)
-    for name, level, arrival in [
-        ("sand-1", 0, 0.0),
-        ("sand-2", 0, 1.0),
-        ("rock", 2, 0.5),
-        ("pebble", 1, 2.0),
-    ]:
+def _filled(entries: list[tuple[str, int, float]], policy: Policy = Policy.RPS) -> ClassQueues[str]:
+    """Queues holding `entries`, each (name, level, arrival)."""
+    queues, _ = _queues(policy)
+    for name, level, arrival in entries:
         queues.add(name, level, arrival)
+    return queues
+
+
+def test_a_lead_goes_first_for_one_iteration_until_it_leaves() -> None:
+    queues = _filled(
+        [("sand-1", 0, 0.0), ("sand-2", 0, 1.0), ("rock", 2, 0.5), ("pebble", 1, 2.0)], Policy.HEADROOM
+    )
     queues.begin_iteration()
     assert queues.best_heavier(RequestClass.SAND) == "pebble"  # class order among the heavier classes
     assert queues.best_heavier(RequestClass.ROCKS) is None
@@ -68,14 +71,7 @@ def test_a_lead_goes_first_for_one_iteration_until_it_leaves() -> None:
 
 
 def test_heavier_than_lists_the_heavier_classes_each_in_arrival_order() -> None:
-    queues, _ = _queues()
-    for name, level, arrival in [
-        ("rock-2", 2, 3.0),
-        ("sand", 0, 0.0),
-        ("pebble", 1, 2.0),
-        ("rock-1", 2, 1.0),
-    ]:
-        queues.add(name, level, arrival)
+    queues = _filled([("rock-2", 2, 3.0), ("sand", 0, 0.0), ("pebble", 1, 2.0), ("rock-1", 2, 1.0)])
     assert queues.heavier_than(RequestClass.SAND) == [("pebble", 1), ("rock-1", 2), ("rock-2", 2)]
     assert queues.heavier_than(RequestClass.ROCKS) == []
 
