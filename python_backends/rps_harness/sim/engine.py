@@ -322,17 +322,17 @@ class Engine:
         led = self.queues.leading
         while budget > 0 and self.queues:
             request = self.queues.peek()
-            if not self._may_admit(request, heavier_prefilling, encoder_budget, seqs, evicted):
-                if request == self.queues.leading:  # a leading request that cannot start yields its lead
-                    self.queues.lead(None)
-                    continue
-                break
+            may_admit = self._may_admit(request, heavier_prefilling, encoder_budget, seqs, evicted)
             chunk = self._chunk(self._known_tokens(request), budget)
             need = int(_blocks(chunk, config.block_size))
+            if request == self.queues.leading and (not may_admit or need > self.free_blocks):
+                # A lead that cannot start goes back to its place (as in the plug-in, nothing is
+                # evicted for it) and the sand goes on.
+                self.queues.lead(None)
+                continue
+            if not may_admit:
+                break
             if need > self.free_blocks:
-                if request == self.queues.leading:  # as the plug-in: no eviction for a lead
-                    self.queues.lead(None)
-                    continue
                 # The plug-in's rule: one eviction a step, for the head of the queue (it evicts before
                 # a light step's lead is chosen).
                 first = not evicted and all(a == led for a in admitted)
