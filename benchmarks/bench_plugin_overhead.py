@@ -17,7 +17,9 @@ Stock vLLM runs twice, as a user would configure it without the plug-in: FCFS, a
 policy with each request's modality as the priority (a heap instead of a deque). The plug-in runs
 `--policy` (default `headroom`, the shipped policy; `rps` the paper's) with the shipped `rps` settings
 of `model.json`. Needs a tiny model:
-`make tiny-model && python benchmarks/bench_plugin_overhead.py build/tiny-qwen2-vl [--policy rps]`.
+`make tiny-model && python benchmarks/bench_plugin_overhead.py build/tiny-qwen2-vl [--policy rps]
+[--setups kv-bound]` (both set-ups in one process outgrew a 23 GiB machine once, in `slots-full` at
+4,096 waiting).
 """
 
 from __future__ import annotations
@@ -177,6 +179,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("model", type=Path)
     parser.add_argument("--policy", type=Policy.parse, default=Policy.HEADROOM, help="the plug-in's policy")
+    parser.add_argument(
+        "--setups",
+        type=lambda text: text.split(","),
+        default=list(SETUPS),
+        help="comma-separated, of " + ", ".join(SETUPS),
+    )
     args = parser.parse_args()
     if args.policy.is_stock:
         parser.error(f"{args.policy.value} is stock vLLM's: name one of the plug-in's policies")
@@ -187,7 +195,9 @@ def main() -> None:
     header += tuple(f"{args.policy.value}/{policy.value}" for policy in BASELINES)
     columns = " {:>32}" * len(policies)
     print(("{:>10} {:>8}" + columns + " {:>22}" * len(BASELINES)).format(*header))
-    for setup in SETUPS:
+    if unknown := set(args.setups) - set(SETUPS):
+        parser.error(f"unknown set-ups: {', '.join(sorted(unknown))}")
+    for setup in args.setups:
         timings = _measure(args.model, setup, policies)
         for backlog in BACKLOGS:
             samples = [timings[policy][backlog] for policy in policies]

@@ -136,15 +136,14 @@ def plan_light_step(
     nothing waiting; `prefilling`: (request, level, tokens still to compute) of each running request
     part-way through its prompt, in running order."""
     sand = [left for _, level, left in prefilling if level == SAND]
-    sand_heads = False
-    if head is not None and head[0] == SAND:
+    sand_heads = head is not None and head[0] == SAND
+    if sand_heads:
         sand.append(head[1])
-        sand_heads = True
     if not sand:
         return None
     heavier = [request for request, level, _ in prefilling if level != SAND]
-    step = light_step(budget, sand, heavier)
-    return step._replace(heavier_first=sand_heads and not heavier and step.limit == budget)
+    limit, aside, _ = light_step(budget, sand, heavier)
+    return LightStep(limit, aside, sand_heads and not heavier and limit == budget)
 
 
 def may_lead(lead_tokens: int, sand_tokens: int, free_blocks: int, block_size: int, running: int) -> bool:

@@ -198,6 +198,8 @@ class _RPSMixin(Scheduler):
             if light is not None:
                 aside = light.aside
                 cap = min(cap, light.limit) if cap else light.limit
+            if cap >= self.max_num_scheduled_tokens:
+                cap = 0  # a cap of the whole step limits no chunk (a light step on the CPU stack's)
             if not cap and not aside:
                 return super().schedule(*args, **kwargs)
             with self._chunk_cap(cap), self._set_aside(aside):
@@ -218,7 +220,7 @@ class _RPSMixin(Scheduler):
         prefilling = [
             (r, level(r), r.num_tokens - r.num_computed_tokens)
             for r in self.running
-            if r.status == RequestStatus.RUNNING and r.num_computed_tokens < r.num_prompt_tokens
+            if r.num_computed_tokens < r.num_prompt_tokens and r.status == RequestStatus.RUNNING
         ]
         waiting = None if head is None else (level(head), head.num_tokens - head.num_computed_tokens)
         light = plan_light_step(self._light_budget, waiting, prefilling)
@@ -241,7 +243,8 @@ class _RPSMixin(Scheduler):
         if self._starts is not None and not self._starts(request):
             return False
         level = self.waiting.level
-        heavier_prefilling = any(
+        # Sand may start whatever prefills: the running requests are looked at for heavier ones only.
+        heavier_prefilling = level(request) != SAND and any(
             r.num_computed_tokens < r.num_prompt_tokens and level(r) != SAND for r in self.running
         )
         return may_start(level(request), heavier_prefilling)
