@@ -136,9 +136,10 @@ def plan_light_step(
     nothing waiting; `prefilling`: (request, level, tokens still to compute) of each running request
     part-way through its prompt, in running order."""
     sand = [left for _, level, left in prefilling if level == SAND]
-    sand_heads = head is not None and head[0] == SAND
-    if sand_heads:
+    sand_heads = False
+    if head is not None and head[0] == SAND:
         sand.append(head[1])
+        sand_heads = True
     if not sand:
         return None
     heavier = [request for request, level, _ in prefilling if level != SAND]
