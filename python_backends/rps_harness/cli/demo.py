@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from rps_harness.loadtest.demo_report import fit_lines, machine_speed_lines, save_results, target_lines
     from rps_harness.loadtest.tables import (
         engine_table,
+        first_token_step_table,
         process_table,
         ratio_table,
         run_stage_table,
@@ -161,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         for line in machine_speed_lines(load):
             print(line)
         print(run_stage_table(analysis))
+        print(first_token_step_table(analysis))
         print(token_parts_table(analysis))
         print(process_table(load.runs))
         for policy, tally in load.tallies().items():

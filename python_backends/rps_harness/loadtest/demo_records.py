@@ -39,6 +39,7 @@ class PolicyRun:
             "records": self.bench.records.to_json(),
             "engine": self.analysis["engine"],
             "loop_lag_s": self.analysis["loop_lag_s"],
+            "first_token_steps": self.analysis["first_token_steps"],
             "token_parts": self.analysis["token_parts"],
             "run_log": self.analysis["run_log"],
             "steady_window_monotonic_s": self.analysis["window"],

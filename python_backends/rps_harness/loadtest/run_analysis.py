@@ -1,7 +1,8 @@
 """Where a run's time went, from the server's run log (`triton.run_log`) over a window of the run: per
 engine step (its time, prompt and decode tokens, running and waiting requests, encoder inputs,
-preemptions), the `vllm_model` loop's lag, per class each request's stages to its first token, and
-per class what its time per output token was made of (the steps it decoded through, by what they ran).
+preemptions), the `vllm_model` loop's lag, per class each request's stages to its first token and
+what shared the step that gave it, and per class what its time per output token was made of (the
+steps it decoded through, by what they ran).
 
 The window is the load client's steady state, on the machine's monotonic clock, so that ramp-up and
 drain do not dilute what the engine did under load.
@@ -22,6 +23,10 @@ from rps_harness.service_bound import EngineRun
 from rps_serve.requests import RequestClass
 
 STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
+# The step that gave a request its first token (`first_token_steps`): the request's prefill stage, the
+# step's seconds and prompt tokens, the request's own prompt tokens, and the shares of such steps that
+# ran a vision encoder and that held the request's prefill alone.
+FIRST_TOKEN_STEP = ("prefill_s", "step_s", "step_tokens", "own_tokens", "encoder", "alone")
 # A decoding request's time per output token, in milliseconds, by what the steps it sat through ran:
 # a vision encoder, a prompt chunk (and no encoder), decodes only; and the time between steps.
 TOKEN_PARTS = ("encoder_ms", "prefill_ms", "decode_ms", "between_ms")
@@ -109,6 +114,54 @@ def request_stages(requests: Sequence[dict[str, Any]], num_levels: int = 3) -> d
     return by_class
 
 
+def first_token_steps(
+    requests: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]], num_levels: int = 3
+) -> dict[str, dict[str, float]]:
+    """Per class, the engine step that gave each request its first token, which its prefill stage
+    (`prefill_s`) ends with: the mean of that step's seconds (`step_s`) and prompt tokens
+    (`step_tokens`) beside the request's whole prompt (`own_tokens`), the share of such steps that
+    ran a vision encoder (`encoder`, the request's own or another's), the share where the request
+    was the step's only prefill and ran no encoder (`alone`), and those steps' mean seconds
+    (`alone_step_s`: the request's own prefill, nothing beside it but decodes).
+
+    That step is the first one logged at or after the engine core's first-token time: `vllm_model`
+    logs a step a few milliseconds after the engine core ends it. Requests without engine times
+    are left out. Where a class's prefill stage is longer than its own work, this tells whose
+    tokens or encoder shared its step."""
+    timed = sorted((s for s in steps if "step_ms" in s), key=lambda s: s["t"])
+    ends = np.array([s["t"] for s in timed])
+    rows: dict[int, list[list[float]]] = {}
+    for r in requests:
+        first = r.get("engine_queued", math.nan) + r.get("engine_queue_s", math.nan) + r["prefill_s"]
+        i = int(np.searchsorted(ends, first)) if math.isfinite(first) else len(timed)
+        if i == len(timed):
+            continue
+        step = timed[i]
+        encoder = step["encoder_inputs"] > 0
+        alone = step["prefill_requests"] == 1 and not encoder
+        rows.setdefault(r["level"], []).append(
+            [
+                r["prefill_s"],
+                step["step_ms"] / 1000,
+                step["prefill_tokens"],
+                r["prompt_tokens"],
+                encoder,
+                alone,
+            ]
+        )
+    by_class: dict[str, dict[str, float]] = {}
+    for level, values in sorted(rows.items()):
+        table = np.array(values, dtype=float)
+        alone = table[:, 5] > 0
+        label = RequestClass.for_level(level, num_levels).label
+        by_class[label] = {
+            "requests": float(len(values)),
+            **{key: float(column.mean()) for key, column in zip(FIRST_TOKEN_STEP, table.T, strict=True)},
+            "alone_step_s": _mean(table[alone, 1]),
+        }
+    return by_class
+
+
 def token_parts(
     steps: Sequence[dict[str, Any]], requests: RequestRecords, origin_s: float
 ) -> dict[str, dict[str, float]]:
@@ -164,6 +217,7 @@ def summarize(
         "engine": engine_summary(in_window(steps, "step", start, end), end - start),
         "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
         "stages": request_stages(in_window(records, "request", start, end)),
+        "first_token_steps": first_token_steps(in_window(records, "request", start, end), steps),
         "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
     }
 
@@ -212,10 +266,27 @@ def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "engine": _average([s["engine"] for s in summaries]),
         "loop_lag_s": _average([s["loop_lag_s"] for s in summaries]),
         "stages": _by_class([s["stages"] for s in summaries], (*STAGES, "to_first_token_s")),
+        "first_token_steps": _pooled_first_token_steps([s.get("first_token_steps", {}) for s in summaries]),
         "token_parts": _by_class(
             [s["token_parts"] for s in summaries], (*TOKEN_PARTS, "decoding", "tpot_ms")
         ),
     }
+
+
+def _pooled_first_token_steps(
+    runs: Sequence[Mapping[str, Mapping[str, float]]],
+) -> dict[str, dict[str, float]]:
+    """`first_token_steps` of several runs as one: weighted by each run's requests of the class, and
+    the alone steps' seconds by the requests that had one."""
+    pooled_runs = _by_class(runs, FIRST_TOKEN_STEP)
+    for label, row in pooled_runs.items():
+        parts = [run[label] for run in runs if label in run and math.isfinite(run[label]["alone_step_s"])]
+        weights = [p["requests"] * p["alone"] for p in parts]
+        known = sum(weights) > 0
+        row["alone_step_s"] = (
+            float(np.average([p["alone_step_s"] for p in parts], weights=weights)) if known else math.nan
+        )
+    return pooled_runs
 
 
 def _by_class(

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rps_harness.comparison import HEADLINE_METRICS, Ratio
-from rps_harness.loadtest.run_analysis import STAGES, TOKEN_PARTS
+from rps_harness.loadtest.run_analysis import FIRST_TOKEN_STEP, STAGES, TOKEN_PARTS
 from rps_harness.metrics import RequestRecords, grouped_metrics
 from rps_serve.requests import Modality, RequestClass
 
@@ -126,6 +126,19 @@ def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
     titles = ("front queue", "front work", "vllm input", "engine queue", "prefill", "to 1st token")
     columns = [(key, seconds) for key in (*STAGES, "to_first_token_s")]
     return _class_table(analysis, "stages", "stages (s)", titles, columns)
+
+
+def first_token_step_table(analysis: dict[str, dict[str, Any]]) -> str:
+    """Per policy and class, the step that gave each request its first token (from the run logs,
+    `run_analysis.first_token_steps`): the prefill stage, that step's seconds and prompt tokens beside
+    the request's own, the shares with a vision encoder and with the request alone, and the alone
+    steps' seconds."""
+    titles = ("prefill", "step s", "step tokens", "own tokens", "encoder", "alone", "alone step s")
+    count = functools.partial(formatted, "{:.0f}")
+    share = functools.partial(formatted, "{:.0%}")
+    shows: tuple[Callable[[float | None], str], ...] = (seconds, seconds, count, count, share, share, seconds)
+    columns = list(zip((*FIRST_TOKEN_STEP, "alone_step_s"), shows, strict=True))
+    return _class_table(analysis, "first_token_steps", "first-token step", titles, columns)
 
 
 def token_parts_table(analysis: dict[str, dict[str, Any]]) -> str:

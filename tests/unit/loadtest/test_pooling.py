@@ -326,6 +326,7 @@ def test_a_run_is_kept_on_disk_as_it_ends_with_every_request(tmp_path: Path) -> 
     analysis = {
         "engine": {"steps": 7},
         "loop_lag_s": {},
+        "first_token_steps": {},
         "token_parts": {},
         "run_log": "run.jsonl",
         "window": [0, 1],

@@ -127,6 +127,48 @@ def test_a_token_costs_the_steps_it_decoded_through_by_what_they_ran(tmp_path: P
     assert both["rocks"]["prefill_ms"] == pytest.approx(75.0)
 
 
+def _engine_request(arrival: float, level: int, first_token: float, prompt_tokens: int) -> dict:
+    """A request whose engine core queued it at `arrival` and gave it its first token at `first_token`."""
+    return {**_request(arrival, level, 0.0), "engine_queued": arrival, "prefill_s": first_token - arrival,
+            "prompt_tokens": prompt_tokens}  # fmt: skip
+
+
+def test_a_first_token_is_charged_to_the_first_step_logged_after_it(tmp_path: Path) -> None:
+    steps = [
+        {**_step(10.000, 200.0, 1500, 2, 0), "prefill_requests": 2},  # logged 3 ms after its first token
+        {**_step(10.300, 400.0, 900, 2, 0), "encoder_inputs": 1},
+        _step(10.500, 60.0, 600, 2, 0),  # a prefill alone beside decodes
+        _step(11.000, 250.0, 2048, 2, 0),
+        _step(11.500, 10.0, 0, 2, 0),
+    ]
+    requests = [
+        _engine_request(9.5, 0, 9.997, 600),
+        _engine_request(9.6, 0, 10.299, 300),
+        _engine_request(9.7, 0, 10.499, 600),
+        _engine_request(9.8, 2, 10.9, 4000),
+        {**_engine_request(9.9, 0, 10.2, 50), "engine_queued": math.nan},  # no engine times: left out
+        _engine_request(9.95, 0, 12.0, 50),  # no step logged after its first token: left out
+    ]
+    path = _write(tmp_path / "run.jsonl", [*steps, *requests])
+    # Requests by arrival in the window; steps from the whole log.
+    run = summarize(path, 9.0, 10.0)
+    sand, rocks = run["first_token_steps"]["sand"], run["first_token_steps"]["rocks"]
+    assert sand["requests"] == 3 and rocks["requests"] == 1
+    assert sand["prefill_s"] == pytest.approx((0.497 + 0.699 + 0.799) / 3)
+    assert sand["step_s"] == pytest.approx((0.2 + 0.4 + 0.06) / 3)
+    assert sand["step_tokens"] == pytest.approx((1500 + 900 + 600) / 3)
+    assert sand["own_tokens"] == pytest.approx(500) and sand["encoder"] == pytest.approx(1 / 3)
+    assert sand["alone"] == pytest.approx(1 / 3) and sand["alone_step_s"] == pytest.approx(0.06)
+    assert rocks["alone"] == 1.0 and rocks["alone_step_s"] == pytest.approx(0.25)
+    # Pooled with a run of one sand alone in a 160 ms step: the alone steps weigh by their requests.
+    other = _write(
+        tmp_path / "other.jsonl", [_step(10.5, 160.0, 600, 0, 0), _engine_request(9.5, 0, 10.499, 600)]
+    )
+    both = pooled([run, summarize(other, 9.0, 10.0)])["first_token_steps"]["sand"]
+    assert both["requests"] == 4 and both["alone"] == pytest.approx(0.5)
+    assert both["alone_step_s"] == pytest.approx((0.06 + 0.16) / 2)
+
+
 def test_the_engine_run_takes_the_engine_cores_times_and_counts_steps_as_early_as_they_can_start() -> None:
     request = {"kind": "request", "t": 5.0, "arrival": 1.0, "level": 2, "engine_queued": 1.1,
                "prompt_tokens": 300, "engine_queue_s": 0.2, "prefill_s": 0.5,
