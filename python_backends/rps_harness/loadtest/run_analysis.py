@@ -24,9 +24,18 @@ from rps_serve.requests import RequestClass
 
 STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
 # The step that gave a request its first token (`first_token_steps`): the request's prefill stage, the
-# step's seconds and prompt tokens, the request's own prompt tokens, and the shares of such steps that
-# ran a vision encoder and that held the request's prefill alone.
-FIRST_TOKEN_STEP = ("prefill_s", "step_s", "step_tokens", "own_tokens", "encoder", "alone")
+# step's seconds and prompt tokens, the request's own prompt tokens and the other sand's finishing
+# beside it, and the shares of such steps that ran a vision encoder and that held the request's
+# prefill alone.
+FIRST_TOKEN_STEP = (
+    "prefill_s",
+    "step_s",
+    "step_tokens",
+    "own_tokens",
+    "sand_beside_tokens",
+    "encoder",
+    "alone",
+)
 # A decoding request's time per output token, in milliseconds, by what the steps it sat through ran:
 # a vision encoder, a prompt chunk (and no encoder), decodes only; and the time between steps.
 TOKEN_PARTS = ("encoder_ms", "prefill_ms", "decode_ms", "between_ms")
@@ -115,13 +124,18 @@ def request_stages(requests: Sequence[dict[str, Any]], num_levels: int = 3) -> d
 
 
 def first_token_steps(
-    requests: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]], num_levels: int = 3
+    requests: Sequence[dict[str, Any]],
+    steps: Sequence[dict[str, Any]],
+    beside: Sequence[dict[str, Any]] | None = None,
+    num_levels: int = 3,
 ) -> dict[str, dict[str, float]]:
     """Per class, the engine step that gave each request its first token, which its prefill stage
     (`prefill_s`) ends with: the mean of that step's seconds (`step_s`) and prompt tokens
-    (`step_tokens`) beside the request's whole prompt (`own_tokens`), the share of such steps that
-    ran a vision encoder (`encoder`, the request's own or another's), the share where the request
-    was the step's only prefill and ran no encoder (`alone`), and those steps' mean seconds
+    (`step_tokens`) beside the request's whole prompt (`own_tokens`) and the prompts of the other
+    sand requests of `beside` (default: `requests`) whose first token came in the same step
+    (`sand_beside_tokens`: all of their prompts there where sand is not split), the share of such
+    steps that ran a vision encoder (`encoder`, the request's own or another's), the share where the
+    request was the step's only prefill and ran no encoder (`alone`), and those steps' mean seconds
     (`alone_step_s`: the request's own prefill, nothing beside it but decodes).
 
     That step is the first one logged at or after the engine core's first-token time: `vllm_model`
@@ -130,29 +144,31 @@ def first_token_steps(
     tokens or encoder shared its step."""
     timed = sorted((s for s in steps if "step_ms" in s), key=lambda s: s["t"])
     ends = np.array([s["t"] for s in timed])
+
+    def step_of(request: dict[str, Any]) -> int | None:
+        first = request.get("engine_queued", math.nan) + request.get("engine_queue_s", math.nan)
+        first += request["prefill_s"]
+        i = int(np.searchsorted(ends, first)) if math.isfinite(first) else len(timed)
+        return i if i < len(timed) else None
+
+    sand_in_step: dict[int, list[dict[str, Any]]] = {}
+    for request in requests if beside is None else beside:
+        if request["level"] == 0 and (i := step_of(request)) is not None:
+            sand_in_step.setdefault(i, []).append(request)
     rows: dict[int, list[list[float]]] = {}
     for r in requests:
-        first = r.get("engine_queued", math.nan) + r.get("engine_queue_s", math.nan) + r["prefill_s"]
-        i = int(np.searchsorted(ends, first)) if math.isfinite(first) else len(timed)
-        if i == len(timed):
+        if (i := step_of(r)) is None:
             continue
         step = timed[i]
         encoder = step["encoder_inputs"] > 0
         alone = step["prefill_requests"] == 1 and not encoder
-        rows.setdefault(r["level"], []).append(
-            [
-                r["prefill_s"],
-                step["step_ms"] / 1000,
-                step["prefill_tokens"],
-                r["prompt_tokens"],
-                encoder,
-                alone,
-            ]
-        )
+        sand_beside = sum(o["prompt_tokens"] for o in sand_in_step.get(i, []) if o is not r)
+        own = (r["prefill_s"], step["step_ms"] / 1000, step["prefill_tokens"], r["prompt_tokens"])
+        rows.setdefault(r["level"], []).append([*own, sand_beside, encoder, alone])
     by_class: dict[str, dict[str, float]] = {}
     for level, values in sorted(rows.items()):
         table = np.array(values, dtype=float)
-        alone = table[:, 5] > 0
+        alone = table[:, FIRST_TOKEN_STEP.index("alone")] > 0
         label = RequestClass.for_level(level, num_levels).label
         by_class[label] = {
             "requests": float(len(values)),
@@ -217,7 +233,9 @@ def summarize(
         "engine": engine_summary(in_window(steps, "step", start, end), end - start),
         "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
         "stages": request_stages(in_window(records, "request", start, end)),
-        "first_token_steps": first_token_steps(in_window(records, "request", start, end), steps),
+        "first_token_steps": first_token_steps(
+            in_window(records, "request", start, end), steps, [r for r in records if r["kind"] == "request"]
+        ),
         "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
     }
 

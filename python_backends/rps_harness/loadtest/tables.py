@@ -131,12 +131,23 @@ def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
 def first_token_step_table(analysis: dict[str, dict[str, Any]]) -> str:
     """Per policy and class, the step that gave each request its first token (from the run logs,
     `run_analysis.first_token_steps`): the prefill stage, that step's seconds and prompt tokens beside
-    the request's own, the shares with a vision encoder and with the request alone, and the alone
-    steps' seconds."""
-    titles = ("prefill", "step s", "step tokens", "own tokens", "encoder", "alone", "alone step s")
+    the request's own and the other sand's finishing in it, the shares with a vision encoder and with
+    the request alone, and the alone steps' seconds."""
+    titles = (
+        "prefill",
+        "step s",
+        "step tokens",
+        "own tokens",
+        "sand beside",
+        "encoder",
+        "alone",
+        "alone step s",
+    )
     count = functools.partial(formatted, "{:.0f}")
     share = functools.partial(formatted, "{:.0%}")
-    shows: tuple[Callable[[float | None], str], ...] = (seconds, seconds, count, count, share, share, seconds)
+    shows: tuple[Callable[[float | None], str], ...] = (
+        seconds, seconds, count, count, count, share, share, seconds
+    )  # fmt: skip
     columns = list(zip((*FIRST_TOKEN_STEP, "alone_step_s"), shows, strict=True))
     return _class_table(analysis, "first_token_steps", "first-token step", titles, columns)
 

@@ -148,6 +148,7 @@ def test_a_first_token_is_charged_to_the_first_step_logged_after_it(tmp_path: Pa
         _engine_request(9.8, 2, 10.9, 4000),
         {**_engine_request(9.9, 0, 10.2, 50), "engine_queued": math.nan},  # no engine times: left out
         _engine_request(9.95, 0, 12.0, 50),  # no step logged after its first token: left out
+        _engine_request(8.5, 0, 10.298, 200),  # before the window, but beside the second sand
     ]
     path = _write(tmp_path / "run.jsonl", [*steps, *requests])
     # Requests by arrival in the window; steps from the whole log.
@@ -158,6 +159,7 @@ def test_a_first_token_is_charged_to_the_first_step_logged_after_it(tmp_path: Pa
     assert sand["step_s"] == pytest.approx((0.2 + 0.4 + 0.06) / 3)
     assert sand["step_tokens"] == pytest.approx((1500 + 900 + 600) / 3)
     assert sand["own_tokens"] == pytest.approx(500) and sand["encoder"] == pytest.approx(1 / 3)
+    assert sand["sand_beside_tokens"] == pytest.approx(200 / 3) and rocks["sand_beside_tokens"] == 0
     assert sand["alone"] == pytest.approx(1 / 3) and sand["alone_step_s"] == pytest.approx(0.06)
     assert rocks["alone"] == 1.0 and rocks["alone_step_s"] == pytest.approx(0.25)
     # Pooled with a run of one sand alone in a 160 ms step: the alone steps weigh by their requests.
