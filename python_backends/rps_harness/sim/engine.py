@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rps_harness.sim.timing import TimingModel
-from rps_serve.scheduling.admission import admits
+from rps_serve.scheduling.admission import admits, kv_blocks
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.holding import DecodeHolds
 from rps_serve.scheduling.light_steps import SAND, Leads, LightStep, may_lead, may_start, plan_light_step
@@ -120,10 +120,6 @@ class EngineResult:
     preemptions: np.ndarray
     busy_s: float
     steps: int
-
-
-def _blocks(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
-    return -(-tokens // block_size)
 
 
 class Engine:
@@ -234,7 +230,7 @@ class Engine:
         # In order, each request takes what is left of the budget; once it binds, later ones get nothing.
         budget = self.config.max_num_batched_tokens
         alloc = np.clip(budget - (np.cumsum(pending) - pending), 0, pending)
-        grow = np.asarray(_blocks(self.computed[ids] + alloc, self.config.block_size)) - self.blocks[ids]
+        grow = kv_blocks(self.computed[ids] + alloc, self.config.block_size) - self.blocks[ids]
         grow[alloc == 0] = 0
         needed = int(grow.sum())
         if needed <= self.free_blocks:
@@ -263,7 +259,7 @@ class Engine:
             tokens = self._chunk(pending, budget)
             if tokens == 0:
                 continue
-            need = int(_blocks(int(self.computed[request]) + tokens, self.config.block_size))
+            need = kv_blocks(int(self.computed[request]) + tokens, self.config.block_size)
             need -= int(self.blocks[request])
             while need > self.free_blocks:
                 # A request sitting the step out is not in vLLM's running list for it: never a victim.
@@ -324,7 +320,7 @@ class Engine:
             request = self.queues.peek()
             may_admit = self._may_admit(request, heavier_prefilling, encoder_budget, seqs, evicted)
             chunk = self._chunk(self._known_tokens(request), budget)
-            need = int(_blocks(chunk, config.block_size))
+            need = kv_blocks(chunk, config.block_size)
             if request == self.queues.leading and (not may_admit or need > self.free_blocks):
                 # A lead that cannot start goes back to its place (as in the plug-in, nothing is
                 # evicted for it) and the sand goes on.

@@ -15,6 +15,17 @@ cannot hold ends them in vLLM.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+import numpy as np
+
+Tokens = TypeVar("Tokens", int, np.ndarray)
+
+
+def kv_blocks(tokens: Tokens, block_size: int) -> Tokens:
+    """The KV blocks that hold `tokens` (a count, or an array of counts): whole blocks, rounded up."""
+    return -(-tokens // block_size)
+
 
 def admits(
     level: int,
@@ -30,4 +41,4 @@ def admits(
     lighter work when it is of the heaviest class."""
     if level < num_levels - 1 or reserve <= 0:
         return True
-    return free_blocks - -(-tokens // block_size) >= reserve * total_blocks
+    return free_blocks - kv_blocks(tokens, block_size) >= reserve * total_blocks

@@ -42,6 +42,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from rps_serve.cost import features as cols
 from rps_serve.cost.model import CostModel
 from rps_serve.requests import Modality, RequestFeatures
+from rps_serve.scheduling.admission import kv_blocks
 
 R = TypeVar("R")
 
@@ -153,7 +154,7 @@ def may_lead(lead_tokens: int, sand_tokens: int, free_blocks: int, block_size: i
     `running` request's next token. A lead that held blocks the sand then waited for made the sand's
     longest wait under KV pressure up to twice stock priority's in the simulator; the waiting sand
     keeps first claim on the cache."""
-    blocks = -(-lead_tokens // block_size) + -(-sand_tokens // block_size)
+    blocks = kv_blocks(lead_tokens, block_size) + kv_blocks(sand_tokens, block_size)
     return blocks + running <= free_blocks
 
 

@@ -43,7 +43,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from rps_serve.cost.observed import PrefillCostObserver, StepWork
 from rps_serve.cost.runtime import aging_time_scale
-from rps_serve.scheduling.admission import admits
+from rps_serve.scheduling.admission import admits, kv_blocks
 from rps_serve.scheduling.chunking import prefill_chunk_cap
 from rps_serve.scheduling.class_edges import engine_classes
 from rps_serve.scheduling.holding import DecodeHolds
@@ -57,10 +57,6 @@ from rps_serve.vllm_plugin.queue import ClassRequestQueue, Ranked
 from rps_serve.vllm_plugin.version import check_vllm_version
 
 logger = logging.getLogger(__name__)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class _ObservedCosts:
@@ -297,7 +293,7 @@ class _RPSMixin(Scheduler):
         """Whether free KV blocks cannot hold `request`'s next chunk (after running decodes take theirs)."""
         chunk = min(request.num_tokens - request.num_computed_tokens, self.max_num_scheduled_tokens)
         # Running requests are scheduled first and may each need a fresh block for their next token.
-        needed = _cdiv(chunk, self.block_size) + len(self.running)
+        needed = kv_blocks(chunk, self.block_size) + len(self.running)
         return needed > self.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def _evict_for_waiting(self) -> None:
