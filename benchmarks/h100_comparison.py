@@ -2,8 +2,10 @@
 priority over our classes (`vllm-priority`) and stock priority by modality (`modality-priority`).
 
 Run: `python benchmarks/h100_comparison.py [NAME ...] [--requests N] [--out DIR]` with NAME a setting
-(default: every one), or `--why NAME [--gpus 4]` for where the time goes under modality-priority, RPS
-and RPS without its evictions for waiting requests (`rps-no-evict`).
+(default: every one), or `--why NAME [--gpus 4] [--policies A,B]` for where the time goes under
+modality-priority, RPS and RPS without its evictions for waiting requests (`rps-no-evict`), or under
+the policies named (the shipped one: `headroom-light`, as the simulator names `headroom` with light
+steps).
 
 Deployments: LLaVA-OneVision-7B on 1 GPU and -72B on 4 (the published reference fits), set up as the
 paper served (serving shapes, eager). Workloads: mixes i-v and cost-vs-modality at 0.9x of the
@@ -45,6 +47,8 @@ from rps_serve.requests import RequestClass
 SEEDS = (0, 1, 2, 3, 4)
 BASELINES = ("fcfs", "vllm-priority", "modality-priority")
 CANDIDATE = "rps"
+# What `--why` compares unless told: stock priority by modality, RPS, and RPS without its evictions.
+WHY_POLICIES = ("modality-priority", CANDIDATE, "rps-no-evict")
 LOAD, OVERLOAD = 0.9, 1.3
 # A few 32-frame videos (6,873 KV tokens each with their answers) fill it.
 KV_PRESSURE_TOKENS = 32_768
@@ -311,6 +315,12 @@ def main() -> None:
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"settings: {', '.join(SETTINGS)}")
     parser.add_argument("--why", choices=list(SETTINGS), help="where the time goes in this setting")
     parser.add_argument("--gpus", type=int, choices=(1, 4), default=1, help="with --why: 7B on 1, 72B on 4")
+    parser.add_argument(
+        "--policies",
+        type=lambda text: text.split(","),
+        default=list(WHY_POLICIES),
+        help=f"with --why: the policies compared, comma-separated (default {','.join(WHY_POLICIES)})",
+    )
     parser.add_argument("--requests", type=int, default=3500)
     parser.add_argument("--out", type=Path, default=Path("out/h100-comparison"))
     args = parser.parse_args()
@@ -319,9 +329,7 @@ def main() -> None:
     comparison = Comparison(args.requests, args.out)
     if args.why:
         reference = SMALL if args.gpus == 1 else LARGE
-        comparison.why(
-            reference, args.gpus, SETTINGS[args.why], ["modality-priority", CANDIDATE, "rps-no-evict"]
-        )
+        comparison.why(reference, args.gpus, SETTINGS[args.why], args.policies)
         return
     comparison.run(args.names or list(SETTINGS))
 
