@@ -23,6 +23,8 @@ from rps_harness.service_bound import EngineRun
 from rps_serve.requests import RequestClass
 
 STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
+# A request record's engine-core times: when it reached the engine core's queue, then its stages there.
+ENGINE_TIMES = ("engine_queued", "engine_queue_s", "prefill_s")
 # The step that gave a request its first token (`first_token_steps`): the request's prefill stage, the
 # step's seconds and prompt tokens, the request's own prompt tokens and the other sand's finishing
 # beside it, and the shares of such steps that ran a vision encoder and that held the request's
@@ -123,6 +125,12 @@ def request_stages(requests: Sequence[dict[str, Any]], num_levels: int = 3) -> d
     return by_class
 
 
+def engine_first_token_s(request: Mapping[str, Any]) -> float:
+    """A request record's first-token time on the engine core's (monotonic) clock: its arrival in the
+    engine core's queue plus its queue and prefill stages; NaN where the engine gave no timestamps."""
+    return sum((request.get(key, math.nan) for key in ENGINE_TIMES), 0.0)
+
+
 def first_token_steps(
     requests: Sequence[dict[str, Any]],
     steps: Sequence[dict[str, Any]],
@@ -144,20 +152,20 @@ def first_token_steps(
     tokens or encoder shared its step."""
     timed = sorted((s for s in steps if "step_ms" in s), key=lambda s: s["t"])
     ends = np.array([s["t"] for s in timed])
-
-    def step_of(request: dict[str, Any]) -> int | None:
-        first = request.get("engine_queued", math.nan) + request.get("engine_queue_s", math.nan)
-        first += request["prefill_s"]
-        i = int(np.searchsorted(ends, first)) if math.isfinite(first) else len(timed)
-        return i if i < len(timed) else None
-
+    beside = requests if beside is None else beside
+    # Each request's step, found once (by identity: the records are dicts); len(timed) for none.
+    step_of: dict[int, int] = {}
+    for request in (*requests, *beside):
+        if id(request) not in step_of:
+            first = engine_first_token_s(request)
+            step_of[id(request)] = int(np.searchsorted(ends, first)) if math.isfinite(first) else len(timed)
     sand_in_step: dict[int, list[dict[str, Any]]] = {}
-    for request in requests if beside is None else beside:
-        if request["level"] == 0 and (i := step_of(request)) is not None:
-            sand_in_step.setdefault(i, []).append(request)
+    for request in beside:
+        if request["level"] == 0:
+            sand_in_step.setdefault(step_of[id(request)], []).append(request)
     rows: dict[int, list[list[float]]] = {}
     for r in requests:
-        if (i := step_of(r)) is None:
+        if (i := step_of[id(r)]) == len(timed):
             continue
         step = timed[i]
         encoder = step["encoder_inputs"] > 0
@@ -173,7 +181,7 @@ def first_token_steps(
         by_class[label] = {
             "requests": float(len(values)),
             **{key: float(column.mean()) for key, column in zip(FIRST_TOKEN_STEP, table.T, strict=True)},
-            "alone_step_s": _mean(table[alone, 1]),
+            "alone_step_s": _mean(table[alone, FIRST_TOKEN_STEP.index("step_s")]),
         }
     return by_class
 
@@ -227,15 +235,15 @@ def summarize(
     records = read_run_log(path)
     # Every step for the tokens' parts: the window's last requests decode past its end.
     steps = [r for r in records if r["kind"] == "step"]
+    window_requests = in_window(records, "request", start, end)
+    every_request = [r for r in records if r["kind"] == "request"]
     return {
         "run_log": str(path),
         "window": [start, end],
         "engine": engine_summary(in_window(steps, "step", start, end), end - start),
         "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
-        "stages": request_stages(in_window(records, "request", start, end)),
-        "first_token_steps": first_token_steps(
-            in_window(records, "request", start, end), steps, [r for r in records if r["kind"] == "request"]
-        ),
+        "stages": request_stages(window_requests),
+        "first_token_steps": first_token_steps(window_requests, steps, every_request),
         "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
     }
 
@@ -249,13 +257,10 @@ def engine_run(
     time less the longest any first token took to reach `vllm_model`, so that the step in progress
     when a request arrived is never counted as serving it. The log records the KV cache's use as a
     share, not its free tokens: the bound then assumes the cache had room (`EngineRun`)."""
-    timed = ("engine_queued", "engine_queue_s", "prefill_s")
-    requests = [
-        r for r in records if r["kind"] == "request" and all(math.isfinite(r.get(k, math.nan)) for k in timed)
-    ]
+    requests = [r for r in records if r["kind"] == "request" and math.isfinite(engine_first_token_s(r))]
     queued = np.array([r["engine_queued"] for r in requests])
     scheduled = queued + np.array([r["engine_queue_s"] for r in requests])
-    first_token = scheduled + np.array([r["prefill_s"] for r in requests])
+    first_token = np.array([engine_first_token_s(r) for r in requests])
     logged = np.array([r["arrival"] + r["to_first_token_s"] for r in requests])
     delivery_s = float(np.max(logged - first_token, initial=0.0))
     steps = [r for r in records if r["kind"] == "step" and "step_ms" in r]
