@@ -239,11 +239,12 @@ class _RPSMixin(Scheduler):
         if self._starts is not None and not self._starts(request):
             return False
         level = self.waiting.level
+        mine = level(request)
         # Sand may start whatever prefills: the running requests are looked at for heavier ones only.
-        heavier_prefilling = level(request) != SAND and any(
+        heavier_prefilling = mine != SAND and any(
             r.num_computed_tokens < r.num_prompt_tokens and level(r) != SAND for r in self.running
         )
-        return may_start(level(request), heavier_prefilling)
+        return may_start(mine, heavier_prefilling)
 
     def _kv_headroom(self, reserve: float) -> Callable[[Request], bool] | None:
         """Whether a waiting request may start, where the policy keeps `reserve` of the KV cache free:
