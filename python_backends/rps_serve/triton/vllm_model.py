@@ -113,6 +113,7 @@ class TritonPythonModel:
         started = time.monotonic()
         starting = asyncio.run_coroutine_threadsafe(self._start_engine(engine_kwargs), self.loop)
         self.engine = starting.result()
+        self.parent_watcher.wait_for_a_look()  # it knows the engine's processes from now on
         # Classes as this engine's steps need them (`scheduling.class_edges`), for every policy: the
         # classes the responses and the per-class series report are the ones the scheduler uses.
         token_budget = self.engine.vllm_config.scheduler_config.max_num_batched_tokens

@@ -26,7 +26,8 @@ import os
 import signal
 import threading
 import time
-from multiprocessing.synchronize import Event
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import Synchronized
 
 import psutil
 
@@ -47,40 +48,62 @@ def watch_parent(poll_s: float = POLL_S) -> threading.Thread | None:
     return thread
 
 
-def start_parent_watcher(poll_s: float = POLL_S) -> multiprocessing.process.BaseProcess:
+@dataclass(frozen=True)
+class ParentWatcher:
+    """A watcher process and its count of looks at the watched process's descendants."""
+
+    process: multiprocessing.process.BaseProcess
+    looks: Synchronized[int]
+
+    def wait_for_a_look(self, timeout_s: float = READY_S) -> bool:
+        """Return once the watcher has taken a whole look that began after this call (so it knows
+        every descendant started before the call), or False after `timeout_s` or once it has ended."""
+        # The look under way when `looks` is read may have begun before the call; the next one has not.
+        wanted = self.looks.value + 2
+        deadline = time.monotonic() + timeout_s
+        while self.looks.value < wanted:
+            if not self.process.is_alive() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+
+def start_parent_watcher(poll_s: float = POLL_S) -> ParentWatcher:
     """Start a watcher process that ends this process and its descendants once this process's parent
     is gone, and the descendants this process leaves if it dies first. Daemonic, so that a normal
     exit of this process ends it too. Returns once the watcher has taken its first look (or after
     `READY_S`): a spawned watcher takes a while to start, and children this process started and left
-    before that look would be missed."""
+    before that look would be missed. A child started later is known to the watcher once
+    `wait_for_a_look` returns."""
     context = multiprocessing.get_context("spawn")
-    ready = context.Event()
-    watcher = context.Process(
+    looks = context.Value("Q", 0)
+    process = context.Process(
         target=_watch,
-        args=(os.getpid(), os.getppid(), poll_s, True, ready),
+        args=(os.getpid(), os.getppid(), poll_s, True, looks),
         name="rps-parent-watch",
         daemon=True,
     )
-    watcher.start()
-    if not ready.wait(READY_S):
+    process.start()
+    watcher = ParentWatcher(process, looks)
+    if not watcher.wait_for_a_look():
         _say(f"the watcher of process {os.getpid()} has not started after {READY_S:.0f} s; going on")
     return watcher
 
 
-def _watch(watched: int, parent: int, poll_s: float, end_orphans: bool, ready: Event | None = None) -> None:
+def _watch(
+    watched: int, parent: int, poll_s: float, end_orphans: bool, looks: Synchronized[int] | None = None
+) -> None:
     """Until `watched`'s parent is no longer `parent`, then end `watched`'s tree (from a thread of
     `watched` itself or from another process alike). If `watched` ends first: with `end_orphans`
-    (a watcher in another process), end the descendants it left, as last seen; else return. `ready`
-    is set once the first look is taken."""
+    (a watcher in another process), end the descendants it left, as last seen; else return. `looks`
+    counts the looks taken."""
     left: list[psutil.Process] = []
     while (current := parent_of(watched)) == parent:
         if end_orphans:
             left = process_tree(watched)[1:] or left
-        if ready is not None:
-            ready.set()
+        if looks is not None:
+            looks.value += 1
         time.sleep(poll_s)
-    if ready is not None:
-        ready.set()
     if current is not None:
         _say(f"process {watched}: its parent {parent} is gone; ending it and its children")
         kill_tree(watched)

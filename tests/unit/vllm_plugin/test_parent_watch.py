@@ -51,15 +51,15 @@ SERVER = textwrap.dedent(
 )
 STUB = textwrap.dedent(
     """
-    import ctypes, json, os, subprocess, sys, time
+    import ctypes, json, os, subprocess, sys
     from rps_serve.vllm_plugin.parent_watch import start_parent_watcher
 
     if __name__ == "__main__":
         watcher = start_parent_watcher(poll_s=0.1)  # returns once the watcher has looked
         worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-        time.sleep(1.0)  # ten of the watcher's looks: one sees the worker, however loaded the machine
+        assert watcher.wait_for_a_look()  # the watcher knows the worker
         with open(sys.argv[1], "w") as f:
-            json.dump({"stub": os.getpid(), "watcher": watcher.pid, "worker": worker.pid}, f)
+            json.dump({"stub": os.getpid(), "watcher": watcher.process.pid, "worker": worker.pid}, f)
         ctypes.PyDLL(None).sleep(120)  # libc's sleep, called without releasing the GIL
     """
 )
