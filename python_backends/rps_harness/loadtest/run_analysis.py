@@ -27,8 +27,8 @@ STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue
 ENGINE_TIMES = ("engine_queued", "engine_queue_s", "prefill_s")
 # The step that gave a request its first token (`first_token_steps`): the request's prefill stage, the
 # step's seconds and prompt tokens, the request's own prompt tokens and the other sand's finishing
-# beside it, and the shares of such steps that ran a vision encoder and that held the request's
-# prefill alone.
+# beside it, and the shares of such steps that ran a vision encoder (any, and another request's) and
+# that held the request's prefill alone.
 FIRST_TOKEN_STEP = (
     "prefill_s",
     "step_s",
@@ -36,6 +36,7 @@ FIRST_TOKEN_STEP = (
     "own_tokens",
     "sand_beside_tokens",
     "encoder",
+    "other_encoder",
     "alone",
 )
 # A decoding request's time per output token, in milliseconds, by what the steps it sat through ran:
@@ -142,7 +143,9 @@ def first_token_steps(
     (`step_tokens`) beside the request's whole prompt (`own_tokens`) and the prompts of the other
     sand requests of `beside` (default: `requests`) whose first token came in the same step
     (`sand_beside_tokens`: all of their prompts there where sand is not split), the share of such
-    steps that ran a vision encoder (`encoder`, the request's own or another's), the share where the
+    steps that ran a vision encoder (`encoder`, the request's own or another's) and that ran more
+    encoder inputs than the request's own (`other_encoder`: another request's encoder; NaN for
+    records without `media_inputs`; exact where the prompt is not split, as sand's), the share where the
     request was the step's only prefill and ran no encoder (`alone`), and those steps' mean seconds
     (`alone_step_s`: the request's own prefill, nothing beside it but decodes).
 
@@ -172,7 +175,9 @@ def first_token_steps(
         alone = step["prefill_requests"] == 1 and not encoder
         sand_beside = sum(o["prompt_tokens"] for o in sand_in_step.get(i, []) if o is not r)
         own = (r["prefill_s"], step["step_ms"] / 1000, step["prefill_tokens"], r["prompt_tokens"])
-        rows.setdefault(r["level"], []).append([*own, sand_beside, encoder, alone])
+        media = r.get("media_inputs")
+        other_encoder = math.nan if media is None else float(step["encoder_inputs"] > media)
+        rows.setdefault(r["level"], []).append([*own, sand_beside, encoder, other_encoder, alone])
     by_class: dict[str, dict[str, float]] = {}
     for level, values in sorted(rows.items()):
         table = np.array(values, dtype=float)

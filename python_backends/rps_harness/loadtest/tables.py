@@ -131,8 +131,8 @@ def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
 def first_token_step_table(analysis: dict[str, dict[str, Any]]) -> str:
     """Per policy and class, the step that gave each request its first token (from the run logs,
     `run_analysis.first_token_steps`): the prefill stage, that step's seconds and prompt tokens beside
-    the request's own and the other sand's finishing in it, the shares with a vision encoder and with
-    the request alone, and the alone steps' seconds."""
+    the request's own and the other sand's finishing in it, the shares with a vision encoder (any, and
+    another request's) and with the request alone, and the alone steps' seconds."""
     titles = (
         "prefill",
         "step s",
@@ -140,13 +140,14 @@ def first_token_step_table(analysis: dict[str, dict[str, Any]]) -> str:
         "own tokens",
         "sand beside",
         "encoder",
+        "others' enc",
         "alone",
         "alone step s",
     )
     count = functools.partial(formatted, "{:.0f}")
     share = functools.partial(formatted, "{:.0%}")
     shows: tuple[Callable[[float | None], str], ...] = (
-        seconds, seconds, count, count, count, share, share, seconds
+        seconds, seconds, count, count, count, share, share, share, seconds
     )  # fmt: skip
     columns = list(zip((*FIRST_TOKEN_STEP, "alone_step_s"), shows, strict=True))
     return _class_table(analysis, "first_token_steps", "first-token step", titles, columns)

@@ -438,7 +438,7 @@ class TritonPythonModel:
         generation = self.engine.generate(prompt, params, request_id, priority=priority)
         async with contextlib.aclosing(generation) as outputs:
             async for output in outputs:
-                self._record(output, progress, info, arrival)
+                self._record(output, progress, info, arrival, parsed)
                 if not parsed.stream:
                     continue
                 # A stream is checked at every output, as NVIDIA's vLLM backend does: the check costs
@@ -452,8 +452,18 @@ class TritonPythonModel:
             text = progress.text if parsed.exclude_input_in_output else parsed.prompt + progress.text
             sender.send(progress.response(pb_utils, text, info), flags=FINAL)
 
-    def _record(self, output: Any, progress: RequestProgress, info: ClassInfo, arrival: float) -> None:
+    def _record(
+        self,
+        output: Any,
+        progress: RequestProgress,
+        info: ClassInfo,
+        arrival: float,
+        parsed: p.GenerateRequest,
+    ) -> None:
         if progress.record(output):
             self.metrics.first_token(info.request_class, time.monotonic() - arrival)
             if self.run_log is not None:
-                self.run_log.write("request", level=info.level, **progress.stages(output, arrival))
+                # Its media inputs tell its own vision encoder from another's in the step that ran it.
+                media_inputs = len(parsed.images) + (parsed.video is not None)
+                stages = progress.stages(output, arrival)
+                self.run_log.write("request", level=info.level, media_inputs=media_inputs, **stages)

@@ -112,6 +112,9 @@ def test_the_run_log_records_steps_lag_and_every_requests_stages(
         r for r in read_run_log(run_log) if r["kind"] == "request" and start <= r["arrival"] <= end
     ]
     assert len(requests_seen) == len(Modality)
+    # Only the image and the video bring encoder inputs of their own.
+    with_media = sorted(r["media_inputs"] > 0 for r in requests_seen)
+    assert with_media == sorted(m is not Modality.TEXT for m in Modality)
     for record in requests_seen:
         assert all(record[s] >= 0 and math.isfinite(record[s]) for s in STAGES), record
         assert record["to_first_token_s"] >= sum(record[s] for s in STAGES) - 1e-3

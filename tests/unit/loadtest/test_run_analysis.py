@@ -162,6 +162,7 @@ def test_a_first_token_is_charged_to_the_first_step_logged_after_it(tmp_path: Pa
     assert sand["sand_beside_tokens"] == pytest.approx(200 / 3) and rocks["sand_beside_tokens"] == 0
     assert sand["alone"] == pytest.approx(1 / 3) and sand["alone_step_s"] == pytest.approx(0.06)
     assert rocks["alone"] == 1.0 and rocks["alone_step_s"] == pytest.approx(0.25)
+    assert math.isnan(sand["other_encoder"])  # the records do not say whose encoder ran
     # Pooled with a run of one sand alone in a 160 ms step: the alone steps weigh by their requests.
     other = _write(
         tmp_path / "other.jsonl", [_step(10.5, 160.0, 600, 0, 0), _engine_request(9.5, 0, 10.499, 600)]
@@ -169,6 +170,22 @@ def test_a_first_token_is_charged_to_the_first_step_logged_after_it(tmp_path: Pa
     both = pooled([run, summarize(other, 9.0, 10.0)])["first_token_steps"]["sand"]
     assert both["requests"] == 4 and both["alone"] == pytest.approx(0.5)
     assert both["alone_step_s"] == pytest.approx((0.06 + 0.16) / 2)
+
+
+def test_an_encoder_is_anothers_where_the_step_ran_more_inputs_than_the_requests_own(tmp_path: Path) -> None:
+    steps = [
+        {**_step(10.0, 100.0, 600, 0, 0), "encoder_inputs": 1},
+        {**_step(11.0, 100.0, 600, 0, 0), "encoder_inputs": 2},
+        {**_step(12.0, 100.0, 600, 0, 0), "encoder_inputs": 1},
+    ]
+    requests = [
+        {**_engine_request(9.5, 0, 9.99, 600), "media_inputs": 1},  # its own image's encoder alone
+        {**_engine_request(9.6, 0, 10.99, 600), "media_inputs": 1},  # its own and another's
+        {**_engine_request(9.7, 0, 11.99, 600), "media_inputs": 0},  # a text beside another's
+    ]
+    run = summarize(_write(tmp_path / "run.jsonl", [*steps, *requests]), 9.0, 10.0)
+    sand = run["first_token_steps"]["sand"]
+    assert sand["encoder"] == 1.0 and sand["other_encoder"] == pytest.approx(2 / 3)
 
 
 def test_the_engine_run_takes_the_engine_cores_times_and_counts_steps_as_early_as_they_can_start() -> None:
