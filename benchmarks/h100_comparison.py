@@ -204,7 +204,8 @@ class Comparison:
         return compared
 
     def why(self, reference: str, gpus: int, setting: Setting, policies: Sequence[str]) -> None:
-        """Seed 0 of `setting`: per class, TTFT split by stage; per policy, what its steps did."""
+        """Seed 0 of `setting`: per class, TTFT split by stage; per policy, what its steps did and what
+        its normalized latency is made of."""
         rate = setting.load * self.capacity(reference, gpus, setting).rate
         setup = prepare(self.config(reference, gpus, setting, rate, SEEDS[0]))
         where = f"{_model(reference, gpus)}, {setting.describe(rate / setting.load)}"
@@ -214,22 +215,34 @@ class Comparison:
             " | queued steps | final step |\n|---|---|---:|---|---:|---:|---:|---:|---:|"
         )
         steps_of: dict[str, list[StepRecord]] = {}
+        records_of: dict[str, RequestRecords] = {}
         for policy in policies:
             steps: list[StepRecord] = []
             outcome = run_policy(setup, policy, steps.append)
-            steps_of[policy] = steps
+            steps_of[policy], records_of[policy] = steps, outcome.records
             _class_rows(policy, setup, outcome.records, outcome.ready_s, steps)
         print(
-            "\n| policy | steps | mean step (ms) | prefill tokens a step | decodes a step | preemptions |\n"
-            "|---|---:|---:|---:|---:|---:|"
+            "\n| policy | steps | mean step (ms) | prefill tokens a step | decodes a step | preemptions"
+            " | normalized latency | its first-token part | TPOT |\n|---|" + "---:|" * 8
         )
         for policy, steps in steps_of.items():
             mean_s = np.mean([s.duration_s for s in steps])
             prefill, decodes = np.mean([s.prefill_tokens for s in steps]), np.mean([s.decodes for s in steps])
+            norm, first_token_part, tpot = _normalized_latency_parts(records_of[policy])
             print(
                 f"| {policy} | {len(steps)} | {1e3 * mean_s:.1f} | {prefill:.0f} | {decodes:.1f}"
-                f" | {sum(s.preemptions for s in steps)} |"
+                f" | {sum(s.preemptions for s in steps)} | {norm:.4f} | {first_token_part:.0%} | {tpot:.4f} |"
             )
+
+
+def _normalized_latency_parts(records: RequestRecords) -> tuple[float, float, float]:
+    """Over the steady window's finished requests: the mean normalized latency, the share of it that
+    is the wait for the first token (TTFT over output tokens), and the mean TPOT. Where the first
+    token's part is small, the decode steps' length sets normalized latency, not the order of prefills."""
+    done = records.steady_state() & records.completed
+    norm = float(np.mean(records.norm_latency[done]))
+    first_token = float(np.mean(records.ttft[done] / np.maximum(records.output_tokens[done], 1)))
+    return norm, first_token / norm, float(np.nanmean(records.tpot[done]))
 
 
 def _class_rows(
