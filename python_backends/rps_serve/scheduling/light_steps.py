@@ -50,7 +50,8 @@ SAND = 0
 # The heavier classes' prefill in a light step costs at most this many longest sand prefills: 1 (the
 # sand edge alone, or a quarter of the step) took sand P90 to 0.69-0.76x stock priority's in the
 # simulator but videos' mean TTFT to 1.0-1.4x; 2 (half the step on an H100) kept sand at 0.78-0.83x
-# with videos within 1.13x (docs/decisions.md).
+# with videos within 1.13x; 1.5 took sand a little lower but texts on cost-vs-modality higher
+# (docs/decisions.md).
 LIGHT_STEP_EDGES = 2.0
 # The share of the step's token budget heavier classes keep in a light step, at least.
 LIGHT_STEP_FLOOR = 0.25

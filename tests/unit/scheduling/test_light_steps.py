@@ -42,13 +42,19 @@ def test_the_sand_edge_is_where_the_cost_model_stops_calling_a_text_sand() -> No
 
 
 @pytest.mark.parametrize(
-    ("edge", "token_budget", "budget"),
-    [(1_950, 8_192, 3_900), (500, 8_192, 2_048), (6_000, 8_192, 8_192), (0, 256, 64)],
+    ("edge", "token_budget", "edges", "budget"),
+    [
+        (1_950, 8_192, 2.0, 3_900),
+        (1_950, 8_192, 1.5, 2_925),
+        (500, 8_192, 1.5, 2_048),
+        (6_000, 8_192, 1.5, 8_192),
+        (0, 256, 1.5, 64),
+    ],
 )
-def test_the_budget_is_twice_the_edge_within_the_floor_and_the_step(
-    edge: int, token_budget: int, budget: int
+def test_the_budget_is_edges_times_the_sand_edge_within_the_floor_and_the_step(
+    edge: int, token_budget: int, edges: float, budget: int
 ) -> None:
-    assert light_step_budget(edge, token_budget) == budget
+    assert light_step_budget(edge, token_budget, edges=edges) == budget
     assert light_step_budget(edge, token_budget) >= LIGHT_STEP_FLOOR * token_budget
 
 
