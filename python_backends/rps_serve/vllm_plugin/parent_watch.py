@@ -59,9 +59,13 @@ class ParentWatcher:
         """Return once the watcher has taken a whole look that began after this call (so it knows
         every descendant started before the call), or False after `timeout_s` or once it has ended."""
         # The look under way when `looks` is read may have begun before the call; the next one has not.
-        wanted = self.looks.value + 2
+        return self.wait_for_looks(self.looks.value + 2, timeout_s)
+
+    def wait_for_looks(self, count: int, timeout_s: float = READY_S) -> bool:
+        """Return once the watcher has taken `count` looks in all, or False after `timeout_s` or once
+        it has ended."""
         deadline = time.monotonic() + timeout_s
-        while self.looks.value < wanted:
+        while self.looks.value < count:
             if not self.process.is_alive() or time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
@@ -85,7 +89,7 @@ def start_parent_watcher(poll_s: float = POLL_S) -> ParentWatcher:
     )
     process.start()
     watcher = ParentWatcher(process, looks)
-    if not watcher.wait_for_a_look():
+    if not watcher.wait_for_looks(1):  # the first look began after this process's children started
         _say(f"the watcher of process {os.getpid()} has not started after {READY_S:.0f} s; going on")
     return watcher
 
