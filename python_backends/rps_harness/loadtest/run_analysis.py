@@ -23,6 +23,8 @@ from rps_harness.service_bound import EngineRun
 from rps_serve.requests import RequestClass
 
 STAGES = ("front_end_queue_s", "front_end_work_s", "vllm_input_s", "engine_queue_s", "prefill_s")
+# The part of `vllm_input_s` spent waiting for the engine step in progress (`step_in_progress_waits`).
+STEP_IN_PROGRESS = "step_in_progress_s"
 # A request record's engine-core times: when it reached the engine core's queue, then its stages there.
 ENGINE_TIMES = ("engine_queued", "engine_queue_s", "prefill_s")
 # The step that gave a request its first token (`first_token_steps`): the request's prefill stage, the
@@ -110,20 +112,49 @@ def loop_lag(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
     return {"mean": float(lags.mean()), "p99": float(np.percentile(lags, 99)), "max": float(lags.max())}
 
 
-def request_stages(requests: Sequence[dict[str, Any]], num_levels: int = 3) -> dict[str, dict[str, float]]:
+def request_stages(
+    requests: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]], num_levels: int = 3
+) -> dict[str, dict[str, float]]:
     """Per class: requests, and mean seconds of each stage to the first token (`STAGES`, and the
-    whole `to_first_token_s`; the stages leave out the streaming of the first token back)."""
+    whole `to_first_token_s`; the stages leave out the streaming of the first token back), and of
+    vLLM's input stage the part spent waiting for the step in progress (`STEP_IN_PROGRESS`)."""
+    waits = dict(zip(map(id, requests), step_in_progress_waits(requests, steps), strict=True))
     by_class: dict[str, dict[str, float]] = {}
     for level in range(num_levels):
         mine = [r for r in requests if r["level"] == level]
         label = RequestClass.for_level(level, num_levels).label
         if not mine:
             continue
-        by_class[label] = {"requests": float(len(mine))} | {
-            stage: _mean(np.array([r[stage] for r in mine], dtype=float))
-            for stage in (*STAGES, "to_first_token_s")
+        by_class[label] = {
+            "requests": float(len(mine)),
+            **{
+                stage: _mean(np.array([r[stage] for r in mine], dtype=float))
+                for stage in (*STAGES, "to_first_token_s")
+            },
+            STEP_IN_PROGRESS: _mean(np.array([waits[id(r)] for r in mine])),
         }
     return by_class
+
+
+def step_in_progress_waits(requests: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Per request, the seconds of its `vllm_input_s` spent waiting for the engine step in progress
+    when it reached vLLM (`generate`): the engine core takes new requests into its queue only between
+    steps, so one that comes during a step waits for the step's end. At most the whole stage; 0 where
+    no step was running; NaN without engine times. A step's end is when `vllm_model` logged it, a few
+    milliseconds late, so the wait is known to within those."""
+    timed = sorted((s for s in steps if "step_ms" in s), key=lambda s: s["t"])
+    ends = np.array([s["t"] for s in timed])
+    starts = ends - np.array([s["step_ms"] for s in timed]) / 1000
+    waits = np.full(len(requests), math.nan)
+    for n, request in enumerate(requests):
+        stage = request.get("vllm_input_s", math.nan)
+        submitted = request.get("engine_queued", math.nan) - stage
+        if not math.isfinite(submitted):
+            continue
+        i = int(np.searchsorted(ends, submitted))
+        running = i < len(timed) and starts[i] <= submitted
+        waits[n] = min(stage, float(ends[i]) - submitted) if running else 0.0
+    return waits
 
 
 def engine_first_token_s(request: Mapping[str, Any]) -> float:
@@ -247,7 +278,7 @@ def summarize(
         "window": [start, end],
         "engine": engine_summary(in_window(steps, "step", start, end), end - start),
         "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
-        "stages": request_stages(window_requests),
+        "stages": request_stages(window_requests, steps),
         "first_token_steps": first_token_steps(window_requests, steps, every_request),
         "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
     }
@@ -293,7 +324,9 @@ def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "engine": _average([s["engine"] for s in summaries]),
         "loop_lag_s": _average([s["loop_lag_s"] for s in summaries]),
-        "stages": _by_class([s["stages"] for s in summaries], (*STAGES, "to_first_token_s")),
+        "stages": _by_class(
+            [s["stages"] for s in summaries], (*STAGES, STEP_IN_PROGRESS, "to_first_token_s")
+        ),
         "first_token_steps": _pooled_first_token_steps([s.get("first_token_steps", {}) for s in summaries]),
         "token_parts": _by_class(
             [s["token_parts"] for s in summaries], (*TOKEN_PARTS, "decoding", "tpot_ms")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rps_harness.comparison import HEADLINE_METRICS, Ratio
-from rps_harness.loadtest.run_analysis import FIRST_TOKEN_STEP, STAGES, TOKEN_PARTS
+from rps_harness.loadtest.run_analysis import FIRST_TOKEN_STEP, STAGES, STEP_IN_PROGRESS, TOKEN_PARTS
 from rps_harness.metrics import RequestRecords, grouped_metrics
 from rps_serve.requests import Modality, RequestClass
 
@@ -121,11 +121,21 @@ def engine_table(analysis: dict[str, dict[str, Any]]) -> str:
 
 
 def run_stage_table(analysis: dict[str, dict[str, Any]]) -> str:
-    """Per policy and class, mean seconds of each stage to the first token (from the run logs): vLLM's
-    own input processing is front-end work for every policy alike."""
-    titles = ("front queue", "front work", "vllm input", "engine queue", "prefill", "to 1st token")
-    columns = [(key, seconds) for key in (*STAGES, "to_first_token_s")]
-    return _class_table(analysis, "stages", "stages (s)", titles, columns)
+    """Per policy and class, mean seconds of each stage to the first token (from the run logs), and of
+    vLLM's input stage the part spent waiting for the engine step in progress ("of it, step"): the
+    engine core takes a new request in only between steps, so that part is the engine's, not vLLM's
+    input processing."""
+    titles = (
+        "front queue",
+        "front work",
+        "vllm input",
+        "of it, step",
+        "engine queue",
+        "prefill",
+        "to 1st token",
+    )
+    keys = (*STAGES[:3], STEP_IN_PROGRESS, *STAGES[3:], "to_first_token_s")
+    return _class_table(analysis, "stages", "stages (s)", titles, [(key, seconds) for key in keys])
 
 
 def first_token_step_table(analysis: dict[str, dict[str, Any]]) -> str:

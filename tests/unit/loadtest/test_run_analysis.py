@@ -12,9 +12,11 @@ import pytest
 from rps_harness.loadtest.run_analysis import (
     MIN_LONE_DECODE_STEPS,
     STAGES,
+    STEP_IN_PROGRESS,
     engine_run,
     pooled,
     read_run_log,
+    step_in_progress_waits,
     summarize,
 )
 from rps_harness.metrics import RequestRecords
@@ -71,6 +73,29 @@ def test_pooled_stages_weigh_each_run_by_its_requests(tmp_path: Path) -> None:
     both = pooled([one, other])
     assert both["stages"]["sand"]["requests"] == 4
     assert both["stages"]["sand"]["engine_queue_s"] == pytest.approx((3 * 1.0 + 2.0) / 4)
+
+
+def test_a_request_that_reaches_vllm_during_a_step_waits_for_its_end(tmp_path: Path) -> None:
+    steps = [_step(10.0, 200.0, 1000, 1, 0), _step(10.5, 100.0, 0, 2, 0)]  # 9.8-10.0 and 10.4-10.5
+
+    def reaching(submitted: float, stage: float) -> dict:
+        return {
+            **_request(submitted - 0.01, 0, 0.0),
+            "vllm_input_s": stage,
+            "engine_queued": submitted + stage,
+            "prompt_tokens": 100,
+        }
+
+    requests = [
+        reaching(9.9, 0.1),  # waits for the first step's last 0.1 s
+        reaching(10.2, 0.001),  # between steps
+        reaching(10.45, 0.03),  # in the second step, taken in before its logged end: the whole stage
+        {**reaching(9.9, 0.1), "engine_queued": math.nan},  # no engine times
+    ]
+    waits = step_in_progress_waits(requests, steps)
+    assert waits[:3] == pytest.approx([0.1, 0.0, 0.03]) and math.isnan(waits[3])
+    stages = summarize(_write(tmp_path / "run.jsonl", [*steps, *requests]), 9.0, 11.0)["stages"]
+    assert stages["sand"][STEP_IN_PROGRESS] == pytest.approx(0.13 / 3)
 
 
 def test_the_machine_speed_is_the_median_step_decoding_one_request_alone(tmp_path: Path) -> None:
