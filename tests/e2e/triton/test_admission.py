@@ -4,22 +4,23 @@ Triton 2.51's HTTP generate endpoint answers it with 400), through the ensemble 
 serves on.
 
 The limit is filled with requests the test holds in flight for as long as it wants: the server runs the
-repository's own `vllm_model` behind a gate (`GATED_MODEL`) that keeps a request whose prompt carries
-`MARKER`, once admitted, waiting while the test's gate file exists, and then serves it as any other."""
+repository's own `vllm_model` behind a gate (`tests.e2e.triton.gate`) that keeps a request asking for
+`HELD_TOKENS` output tokens, once admitted, waiting while the gate is closed, and then serves it as any
+other. So whether a request is refused never depends on how fast the machine serves the others."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rps_harness.cli import main
 from rps_harness.client import StreamClient
 from rps_harness.workload.shapes import RequestKind
 from rps_harness.workload.trace import Trace, write_trace
@@ -31,89 +32,31 @@ from tests.e2e.triton.conftest import (
     Requests,
     Server,
     generate,
+    metrics,
     run,
     serves,
     start_server,
     wait_drained,
 )
 from tests.e2e.triton.faults.conftest import probe
+from tests.e2e.triton.gate import Gate
 
 MAX_PENDING = 2
-MARKER = "[held at the test's gate]"
-
-GATED_MODEL = '''
-import asyncio
-import locale
-import uuid
-from pathlib import Path
-
-locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
-
-import triton_python_backend_utils as pb_utils
-
-from rps_serve.triton import protocol as p
-from rps_serve.triton.backend import tensor_getter
-from rps_serve.triton.vllm_model import TritonPythonModel as Served
-
-GATE = Path({gate!r})
-MARKER = {marker!r}
-
-
-class TritonPythonModel(Served):
-    """The real vllm_model. A request whose prompt carries MARKER, once admitted (counted in
-    `pending`), reports itself with a `held-*` file in GATE and waits while GATE/closed exists, on
-    the model's loop without blocking it; then it is served as any other."""
-
-    async def _generate(self, request, sender):
-        if MARKER in p.parse_request(tensor_getter(pb_utils, request)).prompt:
-            (GATE / f"held-{{uuid.uuid4().hex}}").touch()
-            while (GATE / "closed").exists():
-                await asyncio.sleep(0.05)
-        await super()._generate(request, sender)
-'''
-
-
-class Gate:
-    """The test's side of `GATED_MODEL`'s gate."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.closed = directory / "closed"
-
-    def close(self) -> None:
-        for held in self.directory.glob("held-*"):
-            held.unlink()
-        self.closed.touch()
-
-    def open(self) -> None:
-        self.closed.unlink(missing_ok=True)
-
-    def held(self) -> int:
-        """How many requests have reached the gate since it was closed."""
-        return len(list(self.directory.glob("held-*")))
+# The output length the gate holds: no other request of this module asks for it.
+HELD_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
-    return Gate(tmp_path_factory.mktemp("gate"))
+    return Gate(tmp_path_factory.mktemp("gate"), HELD_TOKENS)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, gate: Gate) -> Iterator[Server]:
-    model = GATED_MODEL.format(gate=str(gate.directory), marker=MARKER)
     with start_server(
-        tmp_path_factory, max_pending_requests=MAX_PENDING, model_files={VLLM_MODEL: model}
+        tmp_path_factory, max_pending_requests=MAX_PENDING, model_files={VLLM_MODEL: gate.model_source()}
     ) as running:
         yield running
-
-
-def _held(gate: Gate, holders: list[StreamClient], timeout_s: float = 300) -> None:
-    """Wait until every holder's request is at the gate: admitted and in flight."""
-    deadline = time.monotonic() + timeout_s
-    while gate.held() < len(holders):
-        assert time.monotonic() < deadline, f"{gate.held()} of {len(holders)} requests reached the gate"
-        assert not any(holder.results["held"].error for holder in holders)
-        time.sleep(0.05)
 
 
 @contextmanager
@@ -124,10 +67,12 @@ def _limit_reached(server: Server, requests: Requests, gate: Gate) -> Iterator[l
     gate.close()
     try:
         for holder in holders:
-            generation = requests.make(Modality.TEXT)
-            generation = replace(generation, prompt=MARKER + generation.prompt)
-            holder.submit(VLLM_MODEL, "held", generation.tensors())
-        _held(gate, holders)
+            holder.submit(VLLM_MODEL, "held", requests.make(Modality.TEXT, max_tokens=HELD_TOKENS).tensors())
+
+        def healthy() -> None:
+            assert not any(holder.results["held"].error for holder in holders)
+
+        gate.wait_held(len(holders), healthy)
         yield holders
     finally:
         gate.open()
@@ -185,27 +130,57 @@ def test_probes_pass_at_the_admission_limit(server: Server, requests: Requests, 
 
 
 def test_a_burst_beyond_the_limit_ends_with_refusals_counted_and_nothing_lost(
-    server: Server, tmp_path: Path
+    server: Server, gate: Gate, tmp_path: Path
 ) -> None:
-    """`rps-serve bench` against the limited server: all requests arrive at once, the server refuses
-    those beyond the limit at once, and the run ends (its deadline bounds it) reporting each outcome."""
+    """`rps-serve bench` against the limited server: all requests arrive at once; the first
+    `MAX_PENDING` to reach `vllm_model` are admitted and held at the gate until every other one has
+    been refused, whatever the order and pace at which the ensemble hands them on; then the held ones
+    are served and the run ends reporting each outcome."""
     burst = 8
     trace = Trace(
         arrival_s=np.zeros(burst),
         kind=np.full(burst, list(RequestKind).index(RequestKind.SHORT_TEXT)),
         prompt_tokens=np.full(burst, 40),
         modality_tokens=np.zeros(burst, dtype=np.int64),
-        # Long enough that the admitted requests are still decoding when the rest arrive.
-        output_tokens=np.full(burst, 2000),
+        output_tokens=np.full(burst, HELD_TOKENS),
     )
     trace_file, slo, out = tmp_path / "burst.jsonl", tmp_path / "slo.json", tmp_path / "bench.json"
     write_trace(trace_file, trace)
     slo.write_text(json.dumps({"text": 1.0, "image": 1.0, "video": 1.0}))
-    argv = ["bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file),
+    script = str(Path(sys.executable).parent / "rps-serve")
+    argv = [script, "bench", "--url", server.endpoints.grpc_url, "--trace", str(trace_file),
             "--model", str(server.model), "--slo", str(slo), "--json", str(out), "--no-progress"]  # fmt: skip
-    assert main(argv) == 0
+    before = wait_drained(server)
+
+    def refused() -> float:
+        return metrics(server).total("rps_rejected_total", model=VLLM_MODEL) - before.total(
+            "rps_rejected_total", model=VLLM_MODEL
+        )
+
+    gate.close()
+    bench = subprocess.Popen(argv)
+    try:
+
+        def running() -> None:
+            assert bench.poll() is None, "bench ended while the gate was closed"
+
+        gate.wait_held(MAX_PENDING, running)
+        while refused() < burst - MAX_PENDING:
+            running()
+            time.sleep(0.05)
+        gate.open()
+        assert bench.wait(timeout=300) == 0
+    finally:
+        gate.open()
+        bench.kill()
+    assert gate.held() == MAX_PENDING and refused() == burst - MAX_PENDING
     (result,) = json.loads(out.read_text())["results"].values()
     counts = result["requests"]
-    assert counts["sent"] == burst and counts["lost"] == 0 and counts["failed"] == 0
-    assert counts["refused"] >= 1 and counts["completed"] + counts["refused"] == burst
+    assert counts == {
+        "sent": burst,
+        "completed": MAX_PENDING,
+        "refused": burst - MAX_PENDING,
+        "failed": 0,
+        "lost": 0,
+    }, counts
     assert all(p.OVERLOADED in error for error in result["error_examples"])

@@ -78,13 +78,14 @@ def fault_server(
     tmp_path_factory: pytest.TempPathFactory,
     policy: str = SHIPPED_POLICY,
     settings: Mapping[str, object] | None = None,
+    model_files: Mapping[str, str] | None = None,
 ) -> Iterator[Server]:
     """A server of the repository as it ships, on `policy`, whose engine takes as long a context as the
     tiny model's positions allow (32,768; model.json serves 8,192) and whose requests may ask for as
     many tokens (model.json: 4,096), so that a long text streams until its context is full. Its KV
     cache holds six such streams whole: the tiny model keeps 1 KiB a token (2 layers x K and V x 2 KV
     heads x 32 x 4 bytes), six full contexts 192 MiB of the 1 GiB a test server gets
-    (`VLLM_CPU_KVCACHE_SPACE`)."""
+    (`VLLM_CPU_KVCACHE_SPACE`). `model_files` replace models' sources, as in `start_server`."""
     context = model_positions(tiny_model(tmp_path_factory, SPEC))
     shipped = json.loads((REPOSITORY / SETTINGS_FILE).read_text())
     long_context = {"engine_args": {**shipped["engine_args"], "max_model_len": context}}
@@ -93,6 +94,7 @@ def fault_server(
         media={"max_output_tokens": context},
         env={POLICY_ENV: policy},
         settings={**long_context, **(settings or {})},
+        model_files=model_files,
     ) as server:
         yield server
 

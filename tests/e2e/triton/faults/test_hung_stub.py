@@ -1,9 +1,12 @@
 """The `vllm_model` stub hung (SIGSTOP) with a request in flight: both probes fail at once naming the
 stub, and `rps-serve bench` counts the request it sent before the hang as lost and exits 1 after its
-deadline. (The probes under streaming load pass: `test_stub_death.py::test_stub_killed_under_load`,
-before its kill. Here no earlier streams run for nobody ahead of the bench: Triton 2.51 does not flag
-every cancelled stream, and once, beside six such streams, the bench's request did not reach
-`vllm_model` within 300 s.)
+deadline. The request waits at a gate (`tests.e2e.triton.gate`) once admitted, so the stub is stopped
+while it sends nothing. (Stopped once the request was counted admitted, as before the gate, the stub
+had once sent a first token by then, and the server ended the bench's stream, "Stream removed", so the
+request failed instead of being lost.) The probes under streaming load pass
+(`test_stub_death.py::test_stub_killed_under_load`, before its kill). Here no earlier streams run for
+nobody ahead of the bench: Triton 2.51 does not flag every cancelled stream, and once, beside six such
+streams, the bench's request did not reach `vllm_model` within 300 s.
 
 One server for the module (the shipped policy), used up by the hang: on Triton 2.51 a stub hung while
 a request arrives is declared "not healthy", and the server aborts when the stub resumes
@@ -17,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,29 +28,31 @@ import pytest
 
 from rps_harness.workload.shapes import RequestKind
 from rps_harness.workload.trace import Trace, write_trace
-from tests.e2e.triton.conftest import VLLM_MODEL, Server, metrics
+from tests.e2e.triton.conftest import VLLM_MODEL, Server
 from tests.e2e.triton.faults.conftest import (
     fault_server,
     probe_result,
     served_context,
     vllm_model_stub,
 )
+from tests.e2e.triton.gate import Gate
 
-# Far more tokens than any machine here generates before the test hangs the stub (it does so as soon as
-# the request is admitted): about 75 s at the fastest rate measured, 400 tokens a second a stream.
+# More tokens than the bench's deadline lets any machine here generate, were the stub to answer: about
+# 75 s at the fastest rate measured, 400 tokens a second a stream. The gate holds requests asking for it.
 BENCH_OUTPUT_TOKENS = 30_000
 # The bench's deadline after its last request is sent: the hung stub answers nothing, however long.
 BENCH_DRAIN_S = 5.0
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with fault_server(tmp_path_factory) as running:
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Gate:
+    return Gate(tmp_path_factory.mktemp("gate"), BENCH_OUTPUT_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, gate: Gate) -> Iterator[Server]:
+    with fault_server(tmp_path_factory, model_files={VLLM_MODEL: gate.model_source()}) as running:
         yield running
-
-
-def _admitted(server: Server) -> float:
-    return metrics(server).total("rps_requests_total", model=VLLM_MODEL)
 
 
 def _bench_command(server: Server, directory: Path) -> list[str]:
@@ -72,28 +76,22 @@ def _bench_command(server: Server, directory: Path) -> list[str]:
             "--no-progress"]  # fmt: skip
 
 
-def _when_admitted(
-    server: Server, count: float, bench: subprocess.Popen[bytes], timeout_s: float = 300
+def test_hung_stub_fails_the_probes_and_bench_counts_its_request_lost(
+    server: Server, gate: Gate, tmp_path: Path
 ) -> None:
-    """Wait until `vllm_model` has admitted `count` requests in all, while `bench` runs."""
-    deadline = time.monotonic() + timeout_s
-    while _admitted(server) < count:
-        assert bench.poll() is None, "bench ended before its request was admitted"
-        assert time.monotonic() < deadline, "bench's request never reached vllm_model"
-        time.sleep(0.05)
-
-
-def test_hung_stub_fails_the_probes_and_bench_counts_its_request_lost(server: Server, tmp_path: Path) -> None:
-    """`rps-serve bench` sends one long request; once `vllm_model` has admitted it (after the bench's
-    three warm-up requests) the stub is stopped, so the request cannot be answered however fast the
-    machine. Both probes then fail, naming the stub; the bench ends at its deadline (`--drain-s`),
-    reports the request lost and exits 1."""
+    """`rps-serve bench` sends one long request (after its three warm-up requests, which the gate lets
+    through); once `vllm_model` has admitted it and holds it at the gate, the stub is stopped, so the
+    request cannot be answered however fast the machine. Both probes then fail, naming the stub; the
+    bench ends at its deadline (`--drain-s`), reports the request lost and exits 1."""
     stub = vllm_model_stub(server)
-    warm_up = 3  # `replay.warm_up`: one request of each modality, one after another
-    before = _admitted(server)
+    gate.close()
     bench = subprocess.Popen(_bench_command(server, tmp_path))
     try:
-        _when_admitted(server, before + warm_up + 1, bench)
+
+        def running() -> None:
+            assert bench.poll() is None, "bench ended before its request reached the gate"
+
+        gate.wait_held(1, running)
         os.kill(stub.pid, signal.SIGSTOP)
         for check in ("ready", "live"):
             status, why = probe_result(server, check)
