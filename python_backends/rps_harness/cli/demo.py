@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from rps_harness.loadtest.tables import (
         engine_table,
         first_token_step_table,
+        first_token_tail_table,
         process_table,
         ratio_table,
         run_stage_table,
@@ -163,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         print(run_stage_table(analysis))
         print(first_token_step_table(analysis))
+        print(first_token_tail_table(analysis))
         print(token_parts_table(analysis))
         print(process_table(load.runs))
         for policy, tally in load.tallies().items():

@@ -40,6 +40,7 @@ class PolicyRun:
             "engine": self.analysis["engine"],
             "loop_lag_s": self.analysis["loop_lag_s"],
             "first_token_steps": self.analysis["first_token_steps"],
+            "first_token_tail": self.analysis["first_token_tail"],
             "token_parts": self.analysis["token_parts"],
             "run_log": self.analysis["run_log"],
             "steady_window_monotonic_s": self.analysis["window"],

@@ -1,8 +1,8 @@
 """Where a run's time went, from the server's run log (`triton.run_log`) over a window of the run: per
 engine step (its time, prompt and decode tokens, running and waiting requests, encoder inputs,
 preemptions), the `vllm_model` loop's lag, per class each request's stages to its first token and
-what shared the step that gave it, and per class what its time per output token was made of (the
-steps it decoded through, by what they ran).
+what shared the step that gave it, what its slowest first tokens waited for, and per class what its
+time per output token was made of (the steps it decoded through, by what they ran).
 
 The window is the load client's steady state, on the machine's monotonic clock, so that ramp-up and
 drain do not dilute what the engine did under load.
@@ -40,6 +40,22 @@ FIRST_TOKEN_STEP = (
     "encoder",
     "other_encoder",
     "alone",
+)
+# The slowest share of a class's first tokens (`first_token_tail`): what its P90 is made of.
+TAIL_SHARE = 0.2
+# Their means (`first_token_tail`): the time to the first token, of it the wait for the step in
+# progress, the engine queue and the prefill stage; the step in progress when the request reached vLLM
+# (its whole seconds, 0 where none ran, and the share of them that ran a vision encoder) and the step
+# that gave its first token (its seconds, and the share that ran another request's encoder).
+FIRST_TOKEN_TAIL = (
+    "to_first_token_s",
+    STEP_IN_PROGRESS,
+    "engine_queue_s",
+    "prefill_s",
+    "in_progress_step_s",
+    "in_progress_encoder",
+    "first_token_step_s",
+    "other_encoder",
 )
 # A decoding request's time per output token, in milliseconds, by what the steps it sat through ran:
 # a vision encoder, a prompt chunk (and no encoder), decodes only; and the time between steps.
@@ -142,19 +158,33 @@ def step_in_progress_waits(requests: Sequence[dict[str, Any]], steps: Sequence[d
     steps, so one that comes during a step waits for the step's end. At most the whole stage; 0 where
     no step was running; NaN without engine times. A step's end is when `vllm_model` logged it, a few
     milliseconds late, so the wait is known to within those."""
+    timed, ends = _timed(steps)
+    return np.array([wait for _, wait in _steps_in_progress(requests, timed, ends)])
+
+
+def _timed(steps: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The steps that carry their time, in order, and their ends (when `vllm_model` logged them)."""
     timed = sorted((s for s in steps if "step_ms" in s), key=lambda s: s["t"])
-    ends = np.array([s["t"] for s in timed])
+    return timed, np.array([s["t"] for s in timed])
+
+
+def _steps_in_progress(
+    requests: Sequence[dict[str, Any]], timed: Sequence[dict[str, Any]], ends: np.ndarray
+) -> list[tuple[int, float]]:
+    """Per request, the index in `timed` of the step running when it reached vLLM (-1 where none
+    was), and its wait for that step's end (`step_in_progress_waits`)."""
     starts = ends - np.array([s["step_ms"] for s in timed]) / 1000
-    waits = np.full(len(requests), math.nan)
-    for n, request in enumerate(requests):
+    found = []
+    for request in requests:
         stage = request.get("vllm_input_s", math.nan)
         submitted = request.get("engine_queued", math.nan) - stage
         if not math.isfinite(submitted):
+            found.append((-1, math.nan))
             continue
         i = int(np.searchsorted(ends, submitted))
         running = i < len(timed) and starts[i] <= submitted
-        waits[n] = min(stage, float(ends[i]) - submitted) if running else 0.0
-    return waits
+        found.append((i, min(stage, float(ends[i]) - submitted)) if running else (-1, 0.0))
+    return found
 
 
 def engine_first_token_s(request: Mapping[str, Any]) -> float:
@@ -184,15 +214,13 @@ def first_token_steps(
     logs a step a few milliseconds after the engine core ends it. Requests without engine times
     are left out. Where a class's prefill stage is longer than its own work, this tells whose
     tokens or encoder shared its step."""
-    timed = sorted((s for s in steps if "step_ms" in s), key=lambda s: s["t"])
-    ends = np.array([s["t"] for s in timed])
+    timed, ends = _timed(steps)
     beside = requests if beside is None else beside
     # Each request's step, found once (by identity: the records are dicts); len(timed) for none.
     step_of: dict[int, int] = {}
     for request in (*requests, *beside):
         if id(request) not in step_of:
-            first = engine_first_token_s(request)
-            step_of[id(request)] = int(np.searchsorted(ends, first)) if math.isfinite(first) else len(timed)
+            step_of[id(request)] = _first_token_step(request, ends)
     sand_in_step: dict[int, list[dict[str, Any]]] = {}
     for request in beside:
         if request["level"] == 0:
@@ -218,6 +246,54 @@ def first_token_steps(
             "requests": float(len(values)),
             **{key: float(column.mean()) for key, column in zip(FIRST_TOKEN_STEP, table.T, strict=True)},
             "alone_step_s": _mean(table[alone, FIRST_TOKEN_STEP.index("step_s")]),
+        }
+    return by_class
+
+
+def _first_token_step(request: Mapping[str, Any], ends: np.ndarray) -> int:
+    """The index of the step that gave `request` its first token: the first logged at or after the
+    engine core's first-token time (`vllm_model` logs a step a few milliseconds after the engine core
+    ends it); `len(ends)` where the request has no engine times or no step was logged after it."""
+    first = engine_first_token_s(request)
+    return int(np.searchsorted(ends, first)) if math.isfinite(first) else len(ends)
+
+
+def first_token_tail(
+    requests: Sequence[dict[str, Any]],
+    steps: Sequence[dict[str, Any]],
+    share: float = TAIL_SHARE,
+    num_levels: int = 3,
+) -> dict[str, dict[str, float]]:
+    """Per class, what its slowest first tokens waited for: over the `share` of its requests with the
+    longest time to the first token (at least one), the means of `FIRST_TOKEN_TAIL`. The first-token
+    step ran another request's encoder where it ran more encoder inputs than the request's own media
+    (as `first_token_steps`; NaN for records without `media_inputs`). Requests without engine times
+    are left out.
+
+    A class's mean stages (`request_stages`) say where its average request's time went; its P90 is
+    set by the slowest tenth, which can wait for quite other steps: on the CPU stack, sand's slowest
+    first tokens waited for steps of 0.6 s that ran a video's encoder beside a full prompt chunk."""
+    timed, ends = _timed(steps)
+    rows: dict[int, list[list[float]]] = {}
+    for request, (running, wait) in zip(requests, _steps_in_progress(requests, timed, ends), strict=True):
+        first = _first_token_step(request, ends)
+        if first == len(timed) or not math.isfinite(wait):
+            continue
+        own, before = timed[first], timed[running] if running >= 0 else None
+        media = request.get("media_inputs")
+        in_progress = (
+            (0.0, 0.0) if before is None else (before["step_ms"] / 1000, before["encoder_inputs"] > 0)
+        )
+        others = math.nan if media is None else float(own["encoder_inputs"] > media)
+        stages = (request["to_first_token_s"], wait, request["engine_queue_s"], request["prefill_s"])
+        rows.setdefault(request["level"], []).append([*stages, *in_progress, own["step_ms"] / 1000, others])
+    by_class: dict[str, dict[str, float]] = {}
+    for level, values in sorted(rows.items()):
+        table = np.array(values, dtype=float)
+        slowest = table[np.argsort(-table[:, 0], kind="stable")[: max(1, math.ceil(share * len(table)))]]
+        label = RequestClass.for_level(level, num_levels).label
+        by_class[label] = {"requests": float(len(slowest))} | {
+            key: _mean(column) for key, column in zip(FIRST_TOKEN_TAIL, slowest.T, strict=True)
         }
     return by_class
 
@@ -280,6 +356,7 @@ def summarize(
         "loop_lag_s": loop_lag(in_window(records, "lag", start, end)),
         "stages": request_stages(window_requests, steps),
         "first_token_steps": first_token_steps(window_requests, steps, every_request),
+        "first_token_tail": first_token_tail(window_requests, steps),
         "token_parts": {} if requests is None else token_parts(steps, requests, origin_s),
     }
 
@@ -328,6 +405,7 @@ def pooled(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             [s["stages"] for s in summaries], (*STAGES, STEP_IN_PROGRESS, "to_first_token_s")
         ),
         "first_token_steps": _pooled_first_token_steps([s.get("first_token_steps", {}) for s in summaries]),
+        "first_token_tail": _by_class([s.get("first_token_tail", {}) for s in summaries], FIRST_TOKEN_TAIL),
         "token_parts": _by_class(
             [s["token_parts"] for s in summaries], (*TOKEN_PARTS, "decoding", "tpot_ms")
         ),

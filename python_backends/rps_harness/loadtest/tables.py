@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rps_harness.comparison import HEADLINE_METRICS, Ratio
-from rps_harness.loadtest.run_analysis import FIRST_TOKEN_STEP, STAGES, STEP_IN_PROGRESS, TOKEN_PARTS
+from rps_harness.loadtest.run_analysis import (
+    FIRST_TOKEN_STEP,
+    FIRST_TOKEN_TAIL,
+    STAGES,
+    STEP_IN_PROGRESS,
+    TAIL_SHARE,
+    TOKEN_PARTS,
+)
 from rps_harness.metrics import RequestRecords, grouped_metrics
 from rps_serve.requests import Modality, RequestClass
 
@@ -161,6 +168,28 @@ def first_token_step_table(analysis: dict[str, dict[str, Any]]) -> str:
     )  # fmt: skip
     columns = list(zip((*FIRST_TOKEN_STEP, "alone_step_s"), shows, strict=True))
     return _class_table(analysis, "first_token_steps", "first-token step", titles, columns)
+
+
+def first_token_tail_table(analysis: dict[str, dict[str, Any]]) -> str:
+    """Per policy and class, what its slowest first tokens waited for (from the run logs,
+    `run_analysis.first_token_tail`): their time to the first token, of it the wait for the step in
+    progress, the engine queue and the prefill stage; the step in progress when they reached vLLM
+    (its seconds, and the share with a vision encoder) and the step of their first token (its seconds,
+    and the share with another request's encoder)."""
+    titles = (
+        "to 1st token",
+        "of it, step",
+        "engine queue",
+        "prefill",
+        "step before",
+        "its encoder",
+        "own step",
+        "others' enc",
+    )
+    share = functools.partial(formatted, "{:.0%}")
+    shows: tuple[Callable[[float | None], str], ...] = (*(seconds,) * 5, share, seconds, share)
+    columns = list(zip(FIRST_TOKEN_TAIL, shows, strict=True))
+    return _class_table(analysis, "first_token_tail", f"slowest {TAIL_SHARE:.0%} (s)", titles, columns)
 
 
 def token_parts_table(analysis: dict[str, dict[str, Any]]) -> str:

@@ -327,6 +327,7 @@ def test_a_run_is_kept_on_disk_as_it_ends_with_every_request(tmp_path: Path) -> 
         "engine": {"steps": 7},
         "loop_lag_s": {},
         "first_token_steps": {},
+        "first_token_tail": {},
         "token_parts": {},
         "run_log": "run.jsonl",
         "window": [0, 1],

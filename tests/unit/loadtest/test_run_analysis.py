@@ -14,6 +14,7 @@ from rps_harness.loadtest.run_analysis import (
     STAGES,
     STEP_IN_PROGRESS,
     engine_run,
+    first_token_tail,
     pooled,
     read_run_log,
     step_in_progress_waits,
@@ -227,3 +228,52 @@ def test_the_engine_run_takes_the_engine_cores_times_and_counts_steps_as_early_a
     assert list(run.step_end_s) == [1.5, 1.7, 1.75]
     assert run.step_start_s == pytest.approx([1.25, 1.45, 1.59])
     assert list(run.step_decodes) == [1, 1, 1] and run.step_free_tokens is None
+
+
+def test_a_class_tail_is_its_slowest_first_tokens_and_the_steps_they_waited_for(tmp_path: Path) -> None:
+    steps = [
+        {**_step(10.0, 600.0, 2048, 1, 0), "encoder_inputs": 1},  # 9.4-10.0: a video's encoder and chunk
+        _step(10.1, 100.0, 500, 1, 0),
+        _step(10.2, 50.0, 400, 1, 0),
+        {**_step(10.5, 50.0, 300, 1, 0), "encoder_inputs": 2},  # 10.45-10.5
+        {**_step(10.6, 80.0, 300, 1, 0), "encoder_inputs": 1},
+        _step(10.8, 20.0, 100, 1, 0),
+    ]
+
+    def sand(submitted: float, stage: float, queue: float, prefill: float, media: int | None) -> dict:
+        """A sand request that reached vLLM at `submitted` and the engine core `stage` later."""
+        record = {**_request(submitted - 0.01, 0, queue), "vllm_input_s": stage,
+                  "engine_queued": submitted + stage, "prefill_s": prefill, "prompt_tokens": 100,
+                  "media_inputs": media}  # fmt: skip
+        record["to_first_token_s"] = 0.01 + stage + queue + prefill
+        if media is None:
+            del record["media_inputs"]
+        return record
+
+    requests = [
+        sand(9.5, 0.5, 0.0, 0.099, 0),  # waited for the encoder step; first token in the next step
+        sand(10.12, 0.01, 0.02, 0.049, 0),  # between steps
+        sand(10.46, 0.04, 0.0, 0.09, 1),  # waited for a step of others' encoders; then its own encoder
+        sand(10.7, 0.01, 0.03, 0.06, 0),
+        {**sand(9.6, 0.4, 0.0, 0.6, 0), "engine_queued": math.nan},  # no engine times: left out
+        {**sand(9.55, 0.45, 0.0, 0.599, None), "level": 2},  # a rock: its own class; whose encoder unknown
+    ]
+    half = first_token_tail(requests, steps, share=0.5)
+    assert half["sand"]["requests"] == 2  # the two slowest of four
+    assert half["sand"]["to_first_token_s"] == pytest.approx((0.609 + 0.14) / 2)
+    assert half["sand"][STEP_IN_PROGRESS] == pytest.approx((0.5 + 0.04) / 2)
+    assert half["sand"]["prefill_s"] == pytest.approx((0.099 + 0.09) / 2)
+    assert half["sand"]["in_progress_step_s"] == pytest.approx((0.6 + 0.05) / 2)
+    assert half["sand"]["in_progress_encoder"] == 1.0
+    assert half["sand"]["first_token_step_s"] == pytest.approx((0.1 + 0.08) / 2)
+    assert half["sand"]["other_encoder"] == 0.0  # the second ran its own image's encoder alone
+    whole = first_token_tail(requests, steps, share=1.0)["sand"]
+    assert whole["requests"] == 4 and whole["in_progress_encoder"] == pytest.approx(2 / 4)
+    rocks = half["rocks"]
+    assert rocks["requests"] == 1 and rocks["in_progress_step_s"] == pytest.approx(0.6)
+    assert math.isnan(rocks["other_encoder"])
+    # The default tail, a fifth (at least one), in the run's summary and pooled with itself.
+    run = summarize(_write(tmp_path / "run.jsonl", [*steps, *requests]), 9.0, 11.0)
+    tail = pooled([run, run])["first_token_tail"]["sand"]
+    assert tail["requests"] == 2 and tail["to_first_token_s"] == pytest.approx(0.609)
+    assert run["first_token_tail"]["sand"]["in_progress_step_s"] == pytest.approx(0.6)
