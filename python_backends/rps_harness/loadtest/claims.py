@@ -111,6 +111,12 @@ def vector_extension(cpuinfo: Sequence[str]) -> str:
     return "none"
 
 
+# Of each policy's pooled run-log analysis (`run_analysis.pooled`), what a record keeps: where each
+# class's time to its first token went, the steps that gave it, and what its slowest first tokens
+# waited for, so that a missed target's record says which stage and which steps cost it.
+RECORDED_ANALYSIS = ("stages", "first_token_steps", "first_token_tail")
+
+
 def claim_record(
     summary: Mapping[str, Any], candidate: str, command: Sequence[str] = tuple(sys.argv)
 ) -> dict[str, Any]:
@@ -137,6 +143,13 @@ def claim_record(
                 "ratios": load[f"{candidate}_ratios"],
                 "targets": load["targets"],
                 "requests": {policy: result["requests"] for policy, result in load["results"].items()},
+                "analysis": {
+                    policy: {
+                        key: result["analysis"][key] for key in RECORDED_ANALYSIS if key in result["analysis"]
+                    }
+                    for policy, result in load["results"].items()
+                    if "analysis" in result
+                },
             }
             for load in summary["loads"]
         ],

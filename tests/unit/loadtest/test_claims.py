@@ -94,6 +94,16 @@ def test_the_record_names_where_when_and_how() -> None:
     assert load["ratios"]["fcfs"]["text P90 TTFT"]["verdict"] == "faster"
 
 
+def test_the_record_keeps_where_each_policys_first_tokens_spent_their_time() -> None:
+    summary = _summary(0.5)
+    stages, tail = {"sand": {"requests": 3.0, "prefill_s": 0.1}}, {"sand": {"requests": 1.0}}
+    analysis = {"stages": stages, "first_token_tail": tail, "engine": {"steps": 7.0}}
+    summary["loads"][0]["results"]["rps"]["analysis"] = analysis
+    (load,) = claim_record(summary, "rps", ["rps-serve"])["loads"]
+    # The engine's summary stays in demo.json; a run without an analysis has none to keep.
+    assert load["analysis"] == {"rps": {"stages": stages, "first_token_tail": tail}}
+
+
 def test_a_record_says_how_its_texts_were_sized_and_older_ones_read_as_word_texts() -> None:
     """Texts have their trace's tokens since `trace_texts` was recorded; the runs recorded before sent
     texts ~1.34x longer, and are told apart by the field's absence."""
