@@ -272,7 +272,8 @@ def first_token_tail(
 
     A class's mean stages (`request_stages`) say where its average request's time went; its P90 is
     set by the slowest tenth, which can wait for quite other steps: on the CPU stack, sand's slowest
-    first tokens waited for steps of 0.6 s that ran a video's encoder beside a full prompt chunk."""
+    fifth waited for steps in progress of about half a second, half of them running a vision encoder
+    beside a prompt chunk (docs/decisions.md, "Light steps")."""
     timed, ends = _timed(steps)
     rows: dict[int, list[list[float]]] = {}
     for request, (running, wait) in zip(requests, _steps_in_progress(requests, timed, ends), strict=True):
