@@ -13,10 +13,10 @@ steps' `--stretch`). A seed missing for a policy is named; nothing else is left 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rps_harness.comparison import HEADLINE_METRICS, STOCK_PRIORITIES, paired_ratio, wait_checks
+from rps_harness.loadtest.demo import read_kept_runs
 from rps_harness.loadtest.demo_analysis import TARGETS
 from rps_harness.metrics import RequestRecords
 
@@ -25,11 +25,10 @@ WARM_UP = 0.3  # the demo's (`make demo`: --warm-up 0.3)
 
 def kept_runs(folder: Path) -> dict[str, dict[int, RequestRecords]]:
     """Every kept run's records, by policy and seed."""
-    runs: dict[str, dict[int, RequestRecords]] = {}
-    for path in sorted(folder.glob("*-seed*.json")):
-        run = json.loads(path.read_text())
-        runs.setdefault(run["policy"], {})[int(run["seed"])] = RequestRecords.from_json(run["records"])
-    return runs
+    return {
+        policy: {seed: RequestRecords.from_json(run["records"]) for seed, run in seeds.items()}
+        for policy, seeds in read_kept_runs(folder).items()
+    }
 
 
 def main() -> None:

@@ -18,7 +18,6 @@ this engine: it shortens no step.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rps_harness.comparison import log_t_interval
+from rps_harness.loadtest.demo import read_kept_runs
 from rps_harness.loadtest.run_analysis import (
     in_window,
     pooled,
@@ -37,15 +37,6 @@ from rps_harness.loadtest.tables import first_token_step_table, first_token_tail
 
 FULL_CHUNK = 0.95  # of the largest prompt chunk a step carried: a full one
 LONG_STEP_S = 0.4
-
-
-def kept(folder: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """Every kept run, by policy and seed."""
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for path in sorted(folder.glob("*-seed*.json")):
-        run = json.loads(path.read_text())
-        runs.setdefault(run["policy"], {})[int(run["seed"])] = run
-    return runs
 
 
 def step_lengths(steps: Sequence[dict[str, Any]]) -> str:
@@ -67,12 +58,23 @@ def step_lengths(steps: Sequence[dict[str, Any]]) -> str:
     return "; ".join([*parts, share])
 
 
-def sand_p90s(run: dict[str, Any], records: Sequence[dict[str, Any]]) -> tuple[float, float]:
-    """Sand's P90 time to the first token in `run`'s window, as run and with every wait for a step
-    taken out (the module's docstring)."""
-    steps = [r for r in records if r["kind"] == "step"]
+def lone_prefill_line(steps: Sequence[dict[str, Any]]) -> tuple[float, float]:
+    """Seconds of a step holding one prefill and no encoder, as a line in its prompt tokens (slope,
+    intercept), through the log's steps that did."""
     lone = [s for s in steps if "step_ms" in s and s["prefill_requests"] == 1 and s["encoder_inputs"] == 0]
     slope, intercept = np.polyfit([s["prefill_tokens"] for s in lone], [s["step_ms"] / 1000 for s in lone], 1)
+    return float(slope), float(intercept)
+
+
+def sand_p90s(
+    run: dict[str, Any],
+    records: Sequence[dict[str, Any]],
+    steps: Sequence[dict[str, Any]],
+    line: tuple[float, float],
+) -> tuple[float, float]:
+    """Sand's P90 time to the first token in `run`'s window, as run and with every wait for a step
+    taken out (the module's docstring); `steps`: the run log's, `line`: its `lone_prefill_line`."""
+    slope, intercept = line
     start, end = run["steady_window_monotonic_s"]
     sand = [r for r in in_window(records, "request", start, end) if r["level"] == 0 and "prefill_s" in r]
     waits = np.nan_to_num(step_in_progress_waits(sand, steps))
@@ -89,10 +91,11 @@ def main() -> None:
     parser.add_argument("runs", type=Path, help="a demo's runs/ folder")
     parser.add_argument("--baseline", help="a policy of the demo: sand's P90 over its, per seed")
     args = parser.parse_args()
-    runs = kept(args.runs)
+    runs = read_kept_runs(args.runs)
     logs = {
         policy: read_run_log(Path(next(iter(seeds.values()))["run_log"])) for policy, seeds in runs.items()
     }
+    steps = {policy: [r for r in records if r["kind"] == "step"] for policy, records in logs.items()}
     analysis = {}
     for policy, seeds in runs.items():
         summaries = []
@@ -103,18 +106,25 @@ def main() -> None:
     print(run_stage_table(analysis))
     print(first_token_step_table(analysis))
     print(first_token_tail_table(analysis))
-    for policy, records in logs.items():
-        print(f"{policy}: " + step_lengths([r for r in records if r["kind"] == "step"]))
+    for policy, policy_steps in steps.items():
+        print(f"{policy}: " + step_lengths(policy_steps))
     if args.baseline is None:
         return
-    for policy, seeds in runs.items():
+    p90s = {
+        policy: {
+            seed: sand_p90s(run, logs[policy], steps[policy], lone_prefill_line(steps[policy]))
+            for seed, run in seeds.items()
+        }
+        for policy, seeds in runs.items()
+    }
+    base = p90s[args.baseline]
+    for policy, mine in p90s.items():
         if policy == args.baseline:
             continue
-        both = sorted(set(seeds) & set(runs[args.baseline]))
-        base = [sand_p90s(runs[args.baseline][seed], logs[args.baseline])[0] for seed in both]
-        mine = [sand_p90s(seeds[seed], logs[policy]) for seed in both]
-        for label, values in (("as run", [m[0] for m in mine]), ("no step waits", [m[1] for m in mine])):
-            estimate, low, high = log_t_interval([v / b for v, b in zip(values, base, strict=True)])
+        both = sorted(set(mine) & set(base))
+        for label, kind in (("as run", 0), ("no step waits", 1)):
+            ratios = [mine[seed][kind] / base[seed][0] for seed in both]
+            estimate, low, high = log_t_interval(ratios)
             name = f"{policy}/{args.baseline} sand P90 {label}"
             print(f"{name}: {estimate:.2f}x [{low:.2f}, {high:.2f}] n={len(both)}")
 

@@ -272,6 +272,15 @@ def keep_run(config: DemoConfig, run: PolicyRun, policy: str, rate: float, seed:
     return path
 
 
+def read_kept_runs(folder: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """Every run `keep_run` wrote into `folder` (a demo's `runs/`), by policy and seed."""
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in sorted(folder.glob("*-seed*.json")):
+        run = json.loads(path.read_text())
+        runs.setdefault(run["policy"], {})[int(run["seed"])] = run
+    return runs
+
+
 def engine_policies(config: DemoConfig) -> list[str]:
     """The policies the one server holds an engine for: the runs', and the capacity search's where it
     searches and the runs do not include it."""

@@ -18,6 +18,7 @@ from rps_harness.loadtest.demo import (
     arrivals_ahead,
     engine_settings,
     keep_run,
+    read_kept_runs,
     run_order,
     run_plan,
 )
@@ -343,3 +344,8 @@ def test_a_run_is_kept_on_disk_as_it_ends_with_every_request(tmp_path: Path) -> 
     expected = {"policy": "rps", "rate": 2.5, "seed": 3, **run.summary(0.3)}
     assert json.dumps(kept, sort_keys=True) == json.dumps(expected, sort_keys=True)
     assert kept["engine"] == {"steps": 7}
+    # Read back by policy and seed, beside another policy's run of the same seed.
+    keep_run(config, run, "fcfs", 2.5, 3)
+    runs = read_kept_runs(tmp_path / "runs")
+    assert sorted(runs) == ["fcfs", "rps"] and list(runs["rps"]) == [3]
+    assert runs["rps"][3]["records"] == kept["records"]
