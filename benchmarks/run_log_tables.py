@@ -110,10 +110,10 @@ def main() -> None:
         print(f"{policy}: " + step_lengths(policy_steps))
     if args.baseline is None:
         return
+    lines = {policy: lone_prefill_line(policy_steps) for policy, policy_steps in steps.items()}
     p90s = {
         policy: {
-            seed: sand_p90s(run, logs[policy], steps[policy], lone_prefill_line(steps[policy]))
-            for seed, run in seeds.items()
+            seed: sand_p90s(run, logs[policy], steps[policy], lines[policy]) for seed, run in seeds.items()
         }
         for policy, seeds in runs.items()
     }
